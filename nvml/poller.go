@@ -1,0 +1,504 @@
+package nvml
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/go-kit/log"
+	"github.com/go-kit/log/level"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// notAvailable is NVML_VALUE_NOT_AVAILABLE as an unsigned long long.
+const notAvailable = ^uint64(0)
+
+// Config configures a Poller.
+type Config struct {
+	// Lib is the NVML library: gonvml.New() for a real GPU, a mock or the
+	// simulator otherwise. The poller calls Init on it.
+	Lib      gonvml.Interface
+	Interval time.Duration
+	Logger   log.Logger
+	// OnPoll hooks run in the poll goroutine after each published snapshot
+	// (resolving pids, pruning exited processes). They must not block long.
+	OnPoll []func(*Snapshot)
+	// BeforePoll runs before each poll (the simulator advances its script).
+	BeforePoll func()
+	// InitBackoffMin and InitBackoffMax bound the retry delay while NVML
+	// cannot be initialised. Defaults 1s and 1m.
+	InitBackoffMin, InitBackoffMax time.Duration
+	Now                            func() time.Time
+}
+
+// Poller polls NVML in one goroutine and publishes immutable snapshots.
+// Scrapes read Snapshot() and never call NVML.
+type Poller struct {
+	cfg    Config
+	logger log.Logger
+
+	snapshot atomic.Pointer[Snapshot]
+	up       atomic.Bool
+	ready    atomic.Bool
+
+	// Owned by the poll goroutine.
+	initialised bool
+	driver      string
+	cudaDriver  string
+	peaks       map[peakKey]uint64
+	names       map[uint32]string
+	useV1       map[string]bool
+	reported    map[string]bool
+
+	pollDuration prometheus.Histogram
+	errors       *prometheus.CounterVec
+	upDesc       *prometheus.Desc
+	mu           sync.Mutex // serialises Poll for tests that call it directly
+}
+
+type peakKey struct {
+	uuid string
+	pid  uint32
+}
+
+// NewPoller returns a poller; call Run to start it.
+func NewPoller(cfg Config) *Poller {
+	if cfg.Interval <= 0 {
+		cfg.Interval = time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = log.NewNopLogger()
+	}
+	if cfg.InitBackoffMin <= 0 {
+		cfg.InitBackoffMin = time.Second
+	}
+	if cfg.InitBackoffMax <= 0 {
+		cfg.InitBackoffMax = time.Minute
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	p := &Poller{
+		cfg:      cfg,
+		logger:   cfg.Logger,
+		peaks:    make(map[peakKey]uint64),
+		names:    make(map[uint32]string),
+		useV1:    make(map[string]bool),
+		reported: make(map[string]bool),
+		pollDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "gpumem_nvml_poll_duration_seconds",
+			Help:    "Time one NVML poll of every device took.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpumem_nvml_errors_total",
+			Help: "NVML calls that failed, by call.",
+		}, []string{"call"}),
+		upDesc: prometheus.NewDesc("gpumem_nvml_up", "1 when NVML is initialised and the last poll listed the devices, else 0.", nil, nil),
+	}
+	return p
+}
+
+// Snapshot returns the latest snapshot, or nil before the first poll.
+func (p *Poller) Snapshot() *Snapshot { return p.snapshot.Load() }
+
+// Up reports whether NVML answered the last poll.
+func (p *Poller) Up() bool { return p.up.Load() }
+
+// Ready reports whether one poll has succeeded.
+func (p *Poller) Ready() bool { return p.ready.Load() }
+
+// Describe implements prometheus.Collector for NVML health metrics.
+func (p *Poller) Describe(ch chan<- *prometheus.Desc) {
+	ch <- p.upDesc
+	p.pollDuration.Describe(ch)
+	p.errors.Describe(ch)
+}
+
+// Collect implements prometheus.Collector for NVML health metrics.
+func (p *Poller) Collect(ch chan<- prometheus.Metric) {
+	up := 0.0
+	if p.up.Load() {
+		up = 1
+	}
+	ch <- prometheus.MustNewConstMetric(p.upDesc, prometheus.GaugeValue, up)
+	p.pollDuration.Collect(ch)
+	p.errors.Collect(ch)
+}
+
+// Run initialises NVML, retrying with backoff while it cannot, then polls
+// every interval until ctx is done.
+func (p *Poller) Run(ctx context.Context) {
+	defer p.shutdown()
+	backoff := p.cfg.InitBackoffMin
+	loggedInitError := false
+	for ctx.Err() == nil {
+		if !p.initialised {
+			if err := p.init(); err != nil {
+				p.up.Store(false)
+				p.publish(&Snapshot{Time: p.cfg.Now()})
+				if !loggedInitError {
+					level.Error(p.logger).Log("msg", "NVML unavailable; serving gpumem_nvml_up 0 and retrying with backoff", "err", err)
+					loggedInitError = true
+				} else {
+					level.Debug(p.logger).Log("msg", "NVML still unavailable", "err", err, "retry_in", backoff)
+				}
+				if !sleep(ctx, backoff) {
+					return
+				}
+				backoff = min(backoff*2, p.cfg.InitBackoffMax)
+				continue
+			}
+			if loggedInitError {
+				level.Info(p.logger).Log("msg", "NVML initialised after retrying")
+			}
+			loggedInitError = false
+			backoff = p.cfg.InitBackoffMin
+		}
+		if err := p.Poll(); err != nil {
+			level.Warn(p.logger).Log("msg", "NVML poll failed", "err", err)
+		}
+		if !sleep(ctx, p.cfg.Interval) {
+			return
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func (p *Poller) init() (err error) {
+	defer recoverInto(&err, "nvmlInit")
+	if ret := p.cfg.Lib.Init(); ret != gonvml.SUCCESS {
+		p.errors.WithLabelValues("Init").Inc()
+		return fmt.Errorf("initialising NVML: %w", ret)
+	}
+	p.initialised = true
+	if v, ret := p.cfg.Lib.SystemGetDriverVersion(); ret == gonvml.SUCCESS {
+		p.driver = v
+	} else {
+		p.countError("SystemGetDriverVersion", ret)
+	}
+	if v, ret := p.cfg.Lib.SystemGetCudaDriverVersion(); ret == gonvml.SUCCESS {
+		p.cudaDriver = fmt.Sprintf("%d.%d", v/1000, (v%1000)/10)
+	} else {
+		p.countError("SystemGetCudaDriverVersion", ret)
+	}
+	level.Info(p.logger).Log("msg", "NVML initialised", "driver_version", p.driver, "cuda_driver_version", p.cudaDriver)
+	return nil
+}
+
+func (p *Poller) shutdown() {
+	if p.initialised {
+		p.cfg.Lib.Shutdown()
+		p.initialised = false
+	}
+}
+
+func recoverInto(err *error, call string) {
+	if r := recover(); r != nil {
+		*err = fmt.Errorf("NVML call %s panicked: %v", call, r)
+	}
+}
+
+func (p *Poller) countError(call string, ret gonvml.Return) {
+	p.errors.WithLabelValues(call).Inc()
+	key := call + ":" + ret.Error()
+	if !p.reported[key] {
+		p.reported[key] = true
+		level.Warn(p.logger).Log("msg", "NVML call failed; the values it returns are left out", "call", call, "err", ret.Error())
+	}
+}
+
+// errLost means the driver went away; the poller initialises NVML again.
+var errLost = errors.New("NVML is no longer initialised")
+
+// Poll reads every device once and publishes a snapshot. NVML must be
+// initialised (Run does it).
+func (p *Poller) Poll() (err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.initialised {
+		if err := p.init(); err != nil {
+			p.up.Store(false)
+			return err
+		}
+	}
+	if p.cfg.BeforePoll != nil {
+		p.cfg.BeforePoll()
+	}
+	start := time.Now()
+	defer func() {
+		if r := recover(); r != nil {
+			p.errors.WithLabelValues("poll").Inc()
+			p.up.Store(false)
+			err = fmt.Errorf("NVML poll panicked: %v", r)
+		}
+	}()
+	snap, err := p.poll()
+	p.pollDuration.Observe(time.Since(start).Seconds())
+	if err != nil {
+		p.up.Store(false)
+		p.publish(&Snapshot{Time: p.cfg.Now()})
+		if errors.Is(err, errLost) {
+			p.shutdown()
+		}
+		return err
+	}
+	p.up.Store(true)
+	p.publish(snap)
+	p.ready.Store(true)
+	return nil
+}
+
+func (p *Poller) publish(s *Snapshot) {
+	p.snapshot.Store(s)
+	for _, hook := range p.cfg.OnPoll {
+		hook(s)
+	}
+}
+
+func (p *Poller) poll() (*Snapshot, error) {
+	lib := p.cfg.Lib
+	count, ret := lib.DeviceGetCount()
+	if ret != gonvml.SUCCESS {
+		p.countError("DeviceGetCount", ret)
+		if ret == gonvml.ERROR_UNINITIALIZED || ret == gonvml.ERROR_DRIVER_NOT_LOADED || ret == gonvml.ERROR_LIBRARY_NOT_FOUND {
+			return nil, fmt.Errorf("counting devices: %w: %w", ret, errLost)
+		}
+		return nil, fmt.Errorf("counting devices: %w", ret)
+	}
+	snap := &Snapshot{
+		Time:              p.cfg.Now(),
+		DriverVersion:     p.driver,
+		CUDADriverVersion: p.cudaDriver,
+	}
+	seenPeaks := make(map[peakKey]struct{})
+	seenPIDs := make(map[uint32]struct{})
+	for i := 0; i < count; i++ {
+		dev, ret := lib.DeviceGetHandleByIndex(i)
+		if ret != gonvml.SUCCESS {
+			p.countError("DeviceGetHandleByIndex", ret)
+			continue
+		}
+		d, ok := p.readDevice(dev, i, "")
+		if !ok {
+			continue
+		}
+		d.MIGMode = p.migMode(dev)
+		if d.MIGMode != MIGEnabled {
+			p.fillMemoryAndProcesses(dev, &d, seenPeaks, seenPIDs)
+			snap.Devices = append(snap.Devices, d)
+			continue
+		}
+		snap.Devices = append(snap.Devices, d)
+		snap.Devices = append(snap.Devices, p.readMIGDevices(dev, d, seenPeaks, seenPIDs)...)
+	}
+	for k := range p.peaks {
+		if _, ok := seenPeaks[k]; !ok {
+			delete(p.peaks, k)
+		}
+	}
+	for pid := range p.names {
+		if _, ok := seenPIDs[pid]; !ok {
+			delete(p.names, pid)
+		}
+	}
+	return snap, nil
+}
+
+// readDevice reads a device's identity. Without a UUID the device cannot be
+// labelled and is skipped.
+func (p *Poller) readDevice(dev gonvml.Device, index int, parentUUID string) (Device, bool) {
+	uuid, ret := dev.GetUUID()
+	if ret != gonvml.SUCCESS {
+		p.countError("GetUUID", ret)
+		return Device{}, false
+	}
+	d := Device{Index: index, UUID: uuid, ParentUUID: parentUUID}
+	if name, ret := dev.GetName(); ret == gonvml.SUCCESS {
+		d.Name = name
+	} else {
+		p.countError("GetName", ret)
+	}
+	if parentUUID == "" {
+		if pci, ret := dev.GetPciInfo(); ret == gonvml.SUCCESS {
+			d.PCIBusID = busID(pci)
+		} else {
+			p.countError("GetPciInfo", ret)
+		}
+	}
+	return d, true
+}
+
+func busID(pci gonvml.PciInfo) string {
+	b := make([]byte, 0, len(pci.BusId))
+	for _, c := range pci.BusId {
+		if c == 0 {
+			break
+		}
+		b = append(b, byte(c))
+	}
+	if len(b) == 0 {
+		return fmt.Sprintf("%08x:%02x:%02x.0", pci.Domain, pci.Bus, pci.Device)
+	}
+	return string(b)
+}
+
+func (p *Poller) migMode(dev gonvml.Device) string {
+	current, _, ret := dev.GetMigMode()
+	switch {
+	case ret == gonvml.ERROR_NOT_SUPPORTED:
+		return MIGUnsupported
+	case ret != gonvml.SUCCESS:
+		p.countError("GetMigMode", ret)
+		return MIGUnsupported
+	case current == gonvml.DEVICE_MIG_ENABLE:
+		return MIGEnabled
+	default:
+		return MIGDisabled
+	}
+}
+
+func (p *Poller) readMIGDevices(dev gonvml.Device, parent Device, seenPeaks map[peakKey]struct{}, seenPIDs map[uint32]struct{}) []Device {
+	max, ret := dev.GetMaxMigDeviceCount()
+	if ret != gonvml.SUCCESS {
+		p.countError("GetMaxMigDeviceCount", ret)
+		return nil
+	}
+	var out []Device
+	for j := 0; j < max; j++ {
+		mig, ret := dev.GetMigDeviceHandleByIndex(j)
+		if ret == gonvml.ERROR_NOT_FOUND || ret == gonvml.ERROR_INVALID_ARGUMENT {
+			continue // no instance in this slot
+		}
+		if ret != gonvml.SUCCESS {
+			p.countError("GetMigDeviceHandleByIndex", ret)
+			continue
+		}
+		d, ok := p.readDevice(mig, parent.Index, parent.UUID)
+		if !ok {
+			continue
+		}
+		d.PCIBusID = parent.PCIBusID
+		p.fillMemoryAndProcesses(mig, &d, seenPeaks, seenPIDs)
+		out = append(out, d)
+	}
+	return out
+}
+
+func (p *Poller) fillMemoryAndProcesses(dev gonvml.Device, d *Device, seenPeaks map[peakKey]struct{}, seenPIDs map[uint32]struct{}) {
+	d.Memory, d.HasMemory = p.memory(dev, d.UUID)
+	procs, ok := p.processes(dev)
+	d.HasProcesses = ok
+	for i := range procs {
+		pr := &procs[i]
+		seenPIDs[pr.PID] = struct{}{}
+		key := peakKey{d.UUID, pr.PID}
+		seenPeaks[key] = struct{}{}
+		if pr.HasUsed && pr.UsedBytes > p.peaks[key] {
+			p.peaks[key] = pr.UsedBytes
+		}
+		pr.PeakBytes = p.peaks[key]
+		pr.Name = p.processName(pr.PID)
+	}
+	d.Processes = procs
+}
+
+func (p *Poller) memory(dev gonvml.Device, uuid string) (Memory, bool) {
+	if !p.useV1[uuid] {
+		m, ret := dev.GetMemoryInfo_v2()
+		switch ret {
+		case gonvml.SUCCESS:
+			return Memory{Total: m.Total, Free: m.Free, Used: m.Used, Reserved: m.Reserved, HasReserved: true}, true
+		case gonvml.ERROR_FUNCTION_NOT_FOUND, gonvml.ERROR_NOT_SUPPORTED, gonvml.ERROR_ARGUMENT_VERSION_MISMATCH:
+			p.useV1[uuid] = true
+			level.Info(p.logger).Log("msg", "NVML memory info v2 unavailable; using v1, where used includes the driver's reservation", "uuid", uuid, "err", ret.Error())
+		default:
+			p.countError("GetMemoryInfo_v2", ret)
+			return Memory{}, false
+		}
+	}
+	m, ret := dev.GetMemoryInfo()
+	if ret != gonvml.SUCCESS {
+		p.countError("GetMemoryInfo", ret)
+		return Memory{}, false
+	}
+	return Memory{Total: m.Total, Free: m.Free, Used: m.Used}, true
+}
+
+// processes merges the compute and graphics lists. It fails only when
+// neither list could be read.
+func (p *Poller) processes(dev gonvml.Device) ([]Process, bool) {
+	byPID := make(map[uint32]*Process)
+	var order []uint32
+	add := func(infos []gonvml.ProcessInfo, compute bool) {
+		for _, info := range infos {
+			pr, ok := byPID[info.Pid]
+			if !ok {
+				pr = &Process{PID: info.Pid}
+				byPID[info.Pid] = pr
+				order = append(order, info.Pid)
+			}
+			if info.UsedGpuMemory != notAvailable {
+				pr.HasUsed = true
+				pr.UsedBytes = max(pr.UsedBytes, info.UsedGpuMemory)
+			}
+			if compute {
+				pr.Compute = true
+			} else {
+				pr.Graphics = true
+			}
+		}
+	}
+	compute, cret := dev.GetComputeRunningProcesses()
+	if cret == gonvml.SUCCESS {
+		add(compute, true)
+	} else {
+		p.countError("GetComputeRunningProcesses", cret)
+	}
+	graphics, gret := dev.GetGraphicsRunningProcesses()
+	if gret == gonvml.SUCCESS {
+		add(graphics, false)
+	} else if gret != gonvml.ERROR_NOT_SUPPORTED || cret != gonvml.SUCCESS {
+		// Graphics lists are unsupported on many data-centre configurations
+		// (MIG instances among them): count it only when it matters.
+		p.countError("GetGraphicsRunningProcesses", gret)
+	}
+	if cret != gonvml.SUCCESS && gret != gonvml.SUCCESS {
+		return nil, false
+	}
+	sort.Slice(order, func(i, j int) bool { return order[i] < order[j] })
+	out := make([]Process, 0, len(order))
+	for _, pid := range order {
+		out = append(out, *byPID[pid])
+	}
+	return out, true
+}
+
+// processName asks NVML once per pid; /proc/<pid>/comm is preferred by the
+// collector, and this is its fallback.
+func (p *Poller) processName(pid uint32) string {
+	if name, ok := p.names[pid]; ok {
+		return name
+	}
+	name, ret := p.cfg.Lib.SystemGetProcessName(int(pid))
+	if ret != gonvml.SUCCESS {
+		name = ""
+	}
+	p.names[pid] = name
+	return name
+}

@@ -1,0 +1,259 @@
+package nvml
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+func pollOnce(t *testing.T, p *Poller) *Snapshot {
+	t.Helper()
+	if err := p.Poll(); err != nil {
+		t.Fatalf("poll: %v", err)
+	}
+	return p.Snapshot()
+}
+
+func TestPollReadsEveryGPUAndProcess(t *testing.T) {
+	p := NewPoller(Config{Lib: newMockNode()})
+	snap := pollOnce(t, p)
+	if got := len(snap.Devices); got != 8 {
+		t.Fatalf("devices = %d, want 8", got)
+	}
+	d := snap.Devices[3]
+	if d.UUID != testUUID(3) || d.GPULabel() != "3" || d.PCIBusID != "00000000:04:00.0" || d.MIGMode != MIGDisabled {
+		t.Errorf("identity of GPU 3 = %+v", d)
+	}
+	if !d.HasMemory || d.Memory != (Memory{Total: 100 * GiB, Used: 10 * GiB, Free: 89 * GiB, Reserved: GiB, HasReserved: true}) {
+		t.Errorf("memory = %+v, want the v2 figures", d.Memory)
+	}
+	if len(d.Processes) != 1 || d.Processes[0].PID != 1003 || d.Processes[0].UsedBytes != 4*GiB || d.Processes[0].Name != "proc1003" {
+		t.Errorf("processes = %+v", d.Processes)
+	}
+	if d.Unattributed() != 6*GiB {
+		t.Errorf("unattributed = %d, want 6 GiB", d.Unattributed())
+	}
+	if snap.DriverVersion != "550.54.15" || snap.CUDADriverVersion != "12.4" {
+		t.Errorf("driver %q cuda %q", snap.DriverVersion, snap.CUDADriverVersion)
+	}
+	if !p.Up() || !p.Ready() {
+		t.Error("poller not up and ready after a good poll")
+	}
+}
+
+func TestMemoryFallsBackToV1WithoutCountingTheReservationTwice(t *testing.T) {
+	s := newMockNode()
+	mockDevice(s, 0).GetMemoryInfo_v2Func = func() (gonvml.Memory_v2, gonvml.Return) {
+		return gonvml.Memory_v2{}, gonvml.ERROR_FUNCTION_NOT_FOUND
+	}
+	p := NewPoller(Config{Lib: s})
+	for i := 0; i < 2; i++ {
+		snap := pollOnce(t, p)
+		m := snap.Devices[0].Memory
+		if m.HasReserved || m.Used != 11*GiB || m.Total != m.Used+m.Free {
+			t.Fatalf("poll %d: v1 memory = %+v, want used 11 GiB and no reserved", i, m)
+		}
+	}
+	if got := testutil.ToFloat64(p.errors.WithLabelValues("GetMemoryInfo_v2")); got != 0 {
+		t.Errorf("a missing v2 call counted %v errors, want 0 (it is a fallback, not a failure)", got)
+	}
+}
+
+func TestFailedCallsDropOnlyWhatFailed(t *testing.T) {
+	s := newMockNode()
+	mockDevice(s, 1).GetMemoryInfo_v2Func = func() (gonvml.Memory_v2, gonvml.Return) {
+		return gonvml.Memory_v2{}, gonvml.ERROR_GPU_IS_LOST
+	}
+	mockDevice(s, 2).GetComputeRunningProcessesFunc = func() ([]gonvml.ProcessInfo, gonvml.Return) {
+		return nil, gonvml.ERROR_NOT_SUPPORTED
+	}
+	mockDevice(s, 2).GetGraphicsRunningProcessesFunc = func() ([]gonvml.ProcessInfo, gonvml.Return) {
+		return nil, gonvml.ERROR_NOT_SUPPORTED
+	}
+	mockDevice(s, 4).GetUUIDFunc = func() (string, gonvml.Return) { return "", gonvml.ERROR_GPU_IS_LOST }
+	p := NewPoller(Config{Lib: s})
+	snap := pollOnce(t, p)
+	if len(snap.Devices) != 7 {
+		t.Fatalf("devices = %d, want 7 (GPU 4 has no UUID and is skipped)", len(snap.Devices))
+	}
+	d1, _ := snap.Device(testUUID(1))
+	if d1.HasMemory || !d1.HasProcesses || len(d1.Processes) != 1 {
+		t.Errorf("GPU 1 (memory lost): %+v, want processes but no memory", d1)
+	}
+	d2, _ := snap.Device(testUUID(2))
+	if !d2.HasMemory || d2.HasProcesses {
+		t.Errorf("GPU 2 (no process lists): %+v, want memory but no processes", d2)
+	}
+	for call, want := range map[string]float64{"GetMemoryInfo_v2": 1, "GetComputeRunningProcesses": 1, "GetGraphicsRunningProcesses": 1, "GetUUID": 1} {
+		if got := testutil.ToFloat64(p.errors.WithLabelValues(call)); got != want {
+			t.Errorf("errors{call=%q} = %v, want %v", call, got, want)
+		}
+	}
+	if !p.Up() {
+		t.Error("per-call failures must not take NVML down")
+	}
+}
+
+func TestProcessUsedNotAvailable(t *testing.T) {
+	s := newMockNode()
+	mockDevice(s, 0).GetComputeRunningProcessesFunc = func() ([]gonvml.ProcessInfo, gonvml.Return) {
+		return []gonvml.ProcessInfo{{Pid: 42, UsedGpuMemory: notAvailable}}, gonvml.SUCCESS
+	}
+	snap := pollOnce(t, NewPoller(Config{Lib: s}))
+	pr := snap.Devices[0].Processes[0]
+	if pr.HasUsed || pr.UsedBytes != 0 {
+		t.Errorf("process with NVML_VALUE_NOT_AVAILABLE = %+v, want HasUsed false", pr)
+	}
+}
+
+func TestComputeAndGraphicsListsMerge(t *testing.T) {
+	s := newMockNode()
+	mockDevice(s, 0).GetGraphicsRunningProcessesFunc = func() ([]gonvml.ProcessInfo, gonvml.Return) {
+		return []gonvml.ProcessInfo{{Pid: 1000, UsedGpuMemory: 4 * GiB}, {Pid: 5, UsedGpuMemory: 100 * MiB}}, gonvml.SUCCESS
+	}
+	snap := pollOnce(t, NewPoller(Config{Lib: s}))
+	procs := snap.Devices[0].Processes
+	if len(procs) != 2 || procs[0].PID != 5 || !procs[0].Graphics || procs[0].Compute ||
+		procs[1].PID != 1000 || !procs[1].Compute || !procs[1].Graphics || procs[1].UsedBytes != 4*GiB {
+		t.Errorf("merged processes = %+v", procs)
+	}
+}
+
+func TestPeakKeepsTheHighestUsedUntilTheProcessGoes(t *testing.T) {
+	s := newMockNode()
+	used := []uint64{2 * GiB, 9 * GiB, 3 * GiB, 0, 1 * GiB}
+	step := 0
+	mockDevice(s, 0).GetComputeRunningProcessesFunc = func() ([]gonvml.ProcessInfo, gonvml.Return) {
+		if used[step] == 0 {
+			return nil, gonvml.SUCCESS // the process exited
+		}
+		return []gonvml.ProcessInfo{{Pid: 77, UsedGpuMemory: used[step]}}, gonvml.SUCCESS
+	}
+	p := NewPoller(Config{Lib: s})
+	wantPeak := []uint64{2 * GiB, 9 * GiB, 9 * GiB, 0, 1 * GiB}
+	for step = range used {
+		snap := pollOnce(t, p)
+		procs := snap.Devices[0].Processes
+		if used[step] == 0 {
+			if len(procs) != 0 {
+				t.Fatalf("step %d: process still listed", step)
+			}
+			continue
+		}
+		if procs[0].PeakBytes != wantPeak[step] {
+			t.Errorf("step %d: peak = %d, want %d", step, procs[0].PeakBytes, wantPeak[step])
+		}
+	}
+}
+
+func TestMIGInstancesAreTheirOwnDevices(t *testing.T) {
+	s := newMockNode()
+	enableMIG(s, 2)
+	snap := pollOnce(t, NewPoller(Config{Lib: s}))
+	if len(snap.Devices) != 10 {
+		t.Fatalf("devices = %d, want 8 GPUs + 2 MIG instances", len(snap.Devices))
+	}
+	parent := snap.Devices[2]
+	if parent.MIGMode != MIGEnabled || parent.ExportsMemory() || parent.HasProcesses {
+		t.Errorf("MIG parent = %+v: want mig enabled and no memory or processes of its own", parent)
+	}
+	mig := snap.Devices[3]
+	if !strings.HasPrefix(mig.UUID, "MIG-") || mig.ParentUUID != testUUID(2) || mig.Index != 2 || !mig.IsMIG() {
+		t.Errorf("MIG instance identity = %+v", mig)
+	}
+	if mig.Memory.Total != 20*GiB || len(mig.Processes) != 1 || mig.Processes[0].PID != 7000 {
+		t.Errorf("MIG instance memory/processes = %+v / %+v", mig.Memory, mig.Processes)
+	}
+	if snap.Devices[4].ParentUUID != testUUID(2) || snap.Devices[5].UUID != testUUID(3) {
+		t.Errorf("device order = %s, %s", snap.Devices[4].UUID, snap.Devices[5].UUID)
+	}
+}
+
+func TestNVMLAbsentAtStartThenPresent(t *testing.T) {
+	s := newMockNode()
+	var present atomic.Bool
+	s.InitFunc = func() gonvml.Return {
+		if present.Load() {
+			return gonvml.SUCCESS
+		}
+		return gonvml.ERROR_LIBRARY_NOT_FOUND
+	}
+	p := NewPoller(Config{Lib: s, Interval: 5 * time.Millisecond, InitBackoffMin: 5 * time.Millisecond, InitBackoffMax: 10 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() { p.Run(ctx); close(done) }()
+
+	waitFor(t, func() bool { return p.Snapshot() != nil }, "a first (empty) snapshot")
+	if p.Up() || p.Ready() {
+		t.Fatal("up or ready without NVML")
+	}
+	if n := len(p.Snapshot().Devices); n != 0 {
+		t.Fatalf("devices without NVML = %d", n)
+	}
+	present.Store(true)
+	waitFor(t, p.Ready, "readiness after NVML appears")
+	if !p.Up() || len(p.Snapshot().Devices) != 8 {
+		t.Fatalf("after NVML appeared: up=%v devices=%d", p.Up(), len(p.Snapshot().Devices))
+	}
+	if got := testutil.ToFloat64(p.errors.WithLabelValues("Init")); got < 1 {
+		t.Errorf("failed inits counted %v, want >= 1", got)
+	}
+	cancel()
+	<-done
+}
+
+func TestDriverGoneReinitialises(t *testing.T) {
+	s := newMockNode()
+	var inits atomic.Int32
+	s.InitFunc = func() gonvml.Return { inits.Add(1); return gonvml.SUCCESS }
+	var lost atomic.Bool
+	s.DeviceGetCountFunc = func() (int, gonvml.Return) {
+		if lost.Load() {
+			return 0, gonvml.ERROR_UNINITIALIZED
+		}
+		return 8, gonvml.SUCCESS
+	}
+	p := NewPoller(Config{Lib: s})
+	pollOnce(t, p)
+	lost.Store(true)
+	if err := p.Poll(); err == nil {
+		t.Fatal("poll with the driver gone succeeded")
+	}
+	if p.Up() || len(p.Snapshot().Devices) != 0 {
+		t.Fatal("stale devices served while NVML is down")
+	}
+	lost.Store(false)
+	pollOnce(t, p)
+	if inits.Load() != 2 {
+		t.Errorf("inits = %d, want 2 (NVML initialised again after it went away)", inits.Load())
+	}
+}
+
+func TestPanickingCallDoesNotKillThePoller(t *testing.T) {
+	s := newMockNode()
+	mockDevice(s, 0).GetMemoryInfo_v2Func = nil // the mock panics on a nil func
+	p := NewPoller(Config{Lib: s})
+	if err := p.Poll(); err == nil || !strings.Contains(err.Error(), "panicked") {
+		t.Fatalf("poll error = %v, want a recovered panic", err)
+	}
+	if p.Up() {
+		t.Error("up after a panicked poll")
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
