@@ -1,0 +1,2 @@
+__version__ = "0.1.0"
+CLIENT = "gpumem-python/" + __version__

@@ -1,0 +1,67 @@
+"""Configuration from arguments and environment variables."""
+
+import logging
+import math
+import os
+
+log = logging.getLogger("gpumem")
+
+DEFAULT_SOCKET = "/run/gpumem/allocstats.sock"
+DEFAULT_INTERVAL = 1.0
+MIN_INTERVAL = 0.05
+
+_TRUE = ("1", "true", "yes", "on")
+_warned_interval = False
+
+
+def disabled(environ=None):
+    """True when GPUMEM_DISABLE asks the client to do nothing."""
+    env = os.environ if environ is None else environ
+    return env.get("GPUMEM_DISABLE", "").strip().lower() in _TRUE
+
+
+def socket_path(explicit=None, environ=None):
+    if explicit:
+        return str(explicit)
+    env = os.environ if environ is None else environ
+    return env.get("GPUMEM_SOCKET") or DEFAULT_SOCKET
+
+
+def parse_interval(value):
+    """Seconds as a float >= MIN_INTERVAL, or None when value is not usable."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        return None
+    if not math.isfinite(seconds) or seconds <= 0:
+        return None
+    return max(seconds, MIN_INTERVAL)
+
+
+def interval(explicit=None, environ=None):
+    """(seconds, fixed): fixed is True when the user chose the interval, so
+    the daemon's welcome must not override it."""
+    global _warned_interval
+    if explicit is not None:
+        seconds = parse_interval(explicit)
+        if seconds is not None:
+            return seconds, True
+        _warn_interval_once("interval=%r" % (explicit,))
+        return DEFAULT_INTERVAL, True
+    env = os.environ if environ is None else environ
+    raw = env.get("GPUMEM_INTERVAL")
+    if raw is None or raw.strip() == "":
+        return DEFAULT_INTERVAL, False
+    seconds = parse_interval(raw.strip())
+    if seconds is not None:
+        return seconds, True
+    _warn_interval_once("GPUMEM_INTERVAL=%r" % (raw,))
+    return DEFAULT_INTERVAL, True
+
+
+def _warn_interval_once(what):
+    global _warned_interval
+    if _warned_interval:
+        return
+    _warned_interval = True
+    log.warning("gpumem: invalid %s (want seconds > 0); using %.1f s", what, DEFAULT_INTERVAL)

@@ -1,0 +1,196 @@
+import logging
+import os
+import threading
+import time
+import warnings
+
+from tests.helpers import GpumemTestCase, torch_stats, uuid_for, wait_until
+import gpumem
+import gpumem.client
+from gpumem import _oom, protocol
+
+DEVICE_KEYS = {"uuid", "reserved_bytes", "active_bytes", "allocated_bytes", "inactive_split_bytes",
+               "peak_reserved_bytes", "peak_active_bytes", "alloc_retries", "ooms"}
+
+
+class WireTest(GpumemTestCase):
+    def test_hello_then_stats_exactly_per_protocol(self):
+        d = self.daemon(welcome={"v": 1, "type": "welcome", "interval_ms": 250, "server": "test"})
+        self.install_torch({0: {"stats": torch_stats(5 << 20, active=1 << 20)}, 1: {"stats": torch_stats(7)}})
+        c = self.client(interval=None)
+        wait_until(lambda: d.messages("stats"), what="a stats message")
+        hello = d.messages()[0]
+        self.assertEqual(hello, {"v": 1, "type": "hello", "framework": "pytorch", "framework_version": "2.11.0",
+                                 "client": "gpumem-python/0.1.0"})
+        stats = d.messages("stats")[0]
+        self.assertEqual(list(stats)[:2], ["v", "type"])
+        self.assertEqual(set(stats), {"v", "type", "devices"})
+        self.assertEqual([dev["uuid"] for dev in stats["devices"]], ["GPU-" + uuid_for(0), "GPU-" + uuid_for(1)])
+        for dev in stats["devices"]:
+            self.assertEqual(set(dev), DEVICE_KEYS)
+            for k, v in dev.items():
+                if k != "uuid":
+                    self.assertIs(type(v), int, k)
+                    self.assertGreaterEqual(v, 0, k)
+        self.assertEqual(stats["devices"][0]["reserved_bytes"], 5 << 20)
+        for line in d.raw_lines():
+            self.assertNotIn(b"pid", line)
+            self.assertNotIn(b"null", line)
+        wait_until(lambda: c.server == "test", what="the welcome to be read")
+        self.assertEqual(c.interval, 0.25, "the welcome's interval_ms applies when the user set none")
+
+    def test_welcome_does_not_override_the_users_interval(self):
+        d = self.daemon(welcome={"v": 1, "type": "welcome", "interval_ms": 1000, "server": "test"})
+        self.install_torch({0: {"stats": torch_stats(1)}})
+        c = self.client(interval=0.05)
+        wait_until(lambda: c.server == "test" and d.messages("stats"), what="welcome and stats")
+        self.assertEqual(c.interval, 0.05)
+
+    def test_no_framework_or_no_device_means_no_connection(self):
+        d = self.daemon()
+        c = self.client()
+        self.install_torch({0: {"stats": torch_stats(1)}}, initialized=False)
+        time.sleep(0.2)
+        self.assertEqual(d.conns, [], "nothing to report: the client stays off the daemon")
+        self.assertTrue(c.running())
+
+    def test_push_only_changes_and_heartbeat(self):
+        # Drive the cycle by hand with a fake clock: deterministic.
+        d = self.daemon()
+        t = self.install_torch({0: {"stats": torch_stats(10)}, 1: {"stats": torch_stats(20)}})
+        c = self.client(start=False, heartbeat=10.0)
+        c._cycle(100.0)  # connect: hello + full state
+        c._cycle(101.0)  # nothing changed: nothing sent
+        t.devices[1]["stats"] = torch_stats(21)
+        c._cycle(102.0)  # only device 1
+        c._cycle(105.0)  # nothing
+        c._cycle(110.5)  # heartbeat: everything
+        wait_until(lambda: len(d.messages()) >= 4, what="four messages")
+        time.sleep(0.05)
+        got = [[dev["uuid"][-1] + ":" + str(dev["reserved_bytes"]) for dev in m.get("devices", [])]
+               for m in d.messages()]
+        self.assertEqual(got, [[], ["0:10", "1:20"], ["1:21"], ["0:10", "1:21"]])
+        self.assertEqual(d.messages()[0]["type"], "hello")
+
+    def test_large_state_is_split_into_messages_within_64_KiB(self):
+        d = self.daemon()
+        n = 2000
+        self.install_torch(dict((i, {"stats": torch_stats(2 ** 45 + i)}) for i in range(n)))
+        self.client()
+        wait_until(lambda: sum(len(m["devices"]) for m in d.messages("stats")) >= n, what="all devices")
+        for line in d.raw_lines():
+            self.assertLessEqual(len(line) + 1, protocol.MAX_LINE)
+        self.assertGreater(len(d.messages("stats")), 1)
+        self.assertEqual(len(set(dev["uuid"] for m in d.messages("stats") for dev in m["devices"])), n)
+
+
+class ConnectionTest(GpumemTestCase):
+    def test_daemon_absent_then_present(self):
+        gpumem.client.BACKOFF_INITIAL, saved = 0.02, gpumem.client.BACKOFF_INITIAL
+        self.addCleanup(setattr, gpumem.client, "BACKOFF_INITIAL", saved)
+        os.environ["GPUMEM_INTERVAL"] = "0.05"
+        self.install_torch({0: {"stats": torch_stats(1)}})
+        with self.assertLogs("gpumem", logging.INFO) as logs:
+            t0 = time.monotonic()
+            self.assertTrue(gpumem.start())
+            self.assertLess(time.monotonic() - t0, 0.1, "start() must return at once")
+            self.assertTrue(gpumem.start(), "start() is idempotent")
+            c = gpumem.client._client
+            wait_until(lambda: c._backoff >= 0.16, what="several failed attempts")
+        msgs = [r.getMessage() for r in logs.records]
+        self.assertEqual(msgs, ["gpumem: no daemon at %s; will retry" % self.sock], "logged exactly once")
+        self.assertEqual([t.name for t in threading.enumerate()].count("gpumem"), 1)
+        d = self.daemon()
+        wait_until(lambda: d.messages("stats"), what="stats once the daemon is there")
+        self.assertTrue(gpumem.stop(1.0))
+        self.assertFalse(c.running())
+
+    def test_daemon_restart_gets_hello_and_full_state_again(self):
+        d1 = self.daemon()
+        self.install_torch({0: {"stats": torch_stats(1)}, 1: {"stats": torch_stats(2)}})
+        c = self.client(heartbeat=1000.0)
+        wait_until(lambda: d1.messages("stats"), what="first stats")
+        d1.close()
+        d2 = self.daemon()
+        wait_until(lambda: d2.messages("stats"), what="stats after the restart")
+        self.assertEqual(d2.messages()[0]["type"], "hello")
+        self.assertEqual(len(d2.messages("stats")[0]["devices"]), 2, "full state, not just changes")
+        self.assertGreaterEqual(c.connects, 2)
+
+    def test_daemon_that_does_not_read_never_blocks_the_caller(self):
+        d = self.daemon(read=False)
+        t = self.install_torch(dict((i, {"stats": torch_stats(i)}) for i in range(1000)))
+        counter = [0]
+        real = t.module.cuda.memory_stats
+
+        def changing(i):  # every device changes every cycle: lots to send
+            counter[0] += 1
+            s = real(i)
+            s["reserved_bytes.all.current"] = counter[0]
+            return s
+        t.module.cuda.memory_stats = changing
+        c = self.client(send_timeout=0.05)
+        wait_until(lambda: _oom.registered_to is t.module._C, what="the OOM observer")
+        t0 = time.monotonic()
+        for _ in range(20000):
+            _oom.observer(0, 1 << 20, 1 << 30, 1 << 30)
+        self.assertLess(time.monotonic() - t0, 2.0, "the observer must only enqueue")
+        self.assertLessEqual(len(_oom.events), _oom.MAX_EVENTS)
+        wait_until(lambda: c.dropped_lines > 0 and c.connects >= 2, what="a dropped send and a reconnect")
+        self.assertTrue(c.running())
+        self.assertLessEqual(len(_oom.events), _oom.MAX_EVENTS)
+        self.assertLessEqual(len(c._rbuf), protocol.MAX_LINE)
+        # A daemon that reads again gets everything.
+        d.close()
+        d2 = self.daemon()
+        wait_until(lambda: len(d2.messages("stats")) > 0, what="stats to a reading daemon")
+        self.assertTrue(c.stop(2.0))
+
+    def test_stop_is_prompt_and_idempotent(self):
+        self.install_torch({0: {"stats": torch_stats(1)}})
+        c = self.client(interval=30.0)
+        t0 = time.monotonic()
+        self.assertTrue(c.stop(1.0))
+        self.assertTrue(c.stop(1.0))
+        self.assertLess(time.monotonic() - t0, 1.0)
+        self.assertTrue(gpumem.stop())
+
+
+class OOMTest(GpumemTestCase):
+    def test_observer_enqueues_and_an_oom_message_follows_with_stats(self):
+        d = self.daemon()
+        t = self.install_torch({0: {"stats": torch_stats(3664 << 20)}, 1: {"stats": torch_stats(1)}})
+        self.client(interval=30.0)
+        wait_until(lambda: d.messages("stats") and t.observers, what="stats and the observer")
+        self.assertEqual(len(t.observers), 1)
+        calls_before = len(t.calls)
+        t.observers[0](0, 960495616, 4294967296, 145713397760)
+        self.assertEqual(len(t.calls), calls_before, "the observer must not call into torch")
+        wait_until(lambda: d.messages("oom"), timeout=5.0, what="the oom message (the interval is 30 s)")
+        self.assertEqual(d.messages("oom"), [{"v": 1, "type": "oom", "uuid": "GPU-" + uuid_for(0),
+                                              "requested_bytes": 960495616, "limit_bytes": 4294967296,
+                                              "free_bytes": 145713397760}])
+        wait_until(lambda: len(d.messages("stats")) >= 2, what="stats pushed after the OOM")
+        self.assertEqual([dev["uuid"] for dev in d.messages("stats")[1]["devices"]], ["GPU-" + uuid_for(0)])
+        kinds = [m["type"] for m in d.messages()]
+        self.assertLess(kinds.index("oom"), len(kinds) - 1)
+
+
+class ForkTest(GpumemTestCase):
+    def test_forked_child_drops_the_client(self):
+        if not hasattr(os, "fork"):
+            self.skipTest("no fork")
+        d = self.daemon()
+        self.install_torch({0: {"stats": torch_stats(1)}})
+        os.environ["GPUMEM_INTERVAL"] = "0.05"
+        self.assertTrue(gpumem.start())
+        wait_until(lambda: d.messages("stats"), what="stats")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads: the child only exits
+            pid = os.fork()
+        if pid == 0:  # child: report through the exit status only
+            ok = gpumem.client._client is None and _oom.wake is None and len(_oom.events) == 0
+            os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+        self.assertEqual(os.WEXITSTATUS(status), 0, "the child must not keep the parent's client")
+        self.assertTrue(gpumem.client._client.running(), "the parent's client runs on")

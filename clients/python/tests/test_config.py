@@ -1,0 +1,44 @@
+import logging
+import os
+import threading
+
+from tests.helpers import GpumemTestCase, torch_stats
+import gpumem
+from gpumem import config
+
+
+class DisableTest(GpumemTestCase):
+    def test_gpumem_disable_makes_start_a_no_op(self):
+        self.install_torch({0: {"stats": torch_stats(1)}})
+        for value in ("1", "true", "YES"):
+            os.environ["GPUMEM_DISABLE"] = value
+            self.assertFalse(gpumem.start(), value)
+            self.assertIsNone(gpumem.client._client)
+            self.assertNotIn("gpumem", [t.name for t in threading.enumerate()])
+        os.environ["GPUMEM_DISABLE"] = "0"
+        self.assertTrue(gpumem.start())
+
+
+class IntervalTest(GpumemTestCase):
+    def test_valid_values(self):
+        for raw, want in (("2", 2.0), ("0.25", 0.25), ("0.001", config.MIN_INTERVAL)):
+            os.environ["GPUMEM_INTERVAL"] = raw
+            self.assertEqual(config.interval(), (want, True), raw)
+        del os.environ["GPUMEM_INTERVAL"]
+        self.assertEqual(config.interval(), (1.0, False))
+        self.assertEqual(config.interval(3), (3.0, True))
+
+    def test_invalid_values_fall_back_with_one_warning(self):
+        with self.assertLogs("gpumem", logging.WARNING) as logs:
+            for raw in ("abc", "-1", "0", "nan", "inf"):
+                os.environ["GPUMEM_INTERVAL"] = raw
+                self.assertEqual(config.interval()[0], config.DEFAULT_INTERVAL, raw)
+            self.assertTrue(gpumem.start())
+        self.assertEqual(len(logs.records), 1, [r.getMessage() for r in logs.records])
+        self.assertIn("GPUMEM_INTERVAL", logs.records[0].getMessage())
+
+    def test_socket_path(self):
+        self.assertEqual(config.socket_path(), self.sock)
+        self.assertEqual(config.socket_path("/x.sock"), "/x.sock")
+        del os.environ["GPUMEM_SOCKET"]
+        self.assertEqual(config.socket_path(), "/run/gpumem/allocstats.sock")
