@@ -1,0 +1,363 @@
+package workload
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+
+	"github.com/go-kit/log"
+	"github.com/go-kit/log/level"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// PodLookup names the Kubernetes objects that cgroup IDs point to.
+// Implementations answer from memory and never block on the API server.
+type PodLookup interface {
+	// Pod returns the namespace and name of the pod with this UID.
+	Pod(podUID string) (namespace, name string, ok bool)
+	// Container returns the name of the container with this runtime ID
+	// (the hex ID, without a "containerd://" scheme).
+	Container(containerID string) (name string, ok bool)
+}
+
+// mirrorAnnotation holds, on the mirror pod of a static pod, the UID that
+// the kubelet gave the static pod and uses in its cgroup names.
+const mirrorAnnotation = "kubernetes.io/config.mirror"
+
+// PodInformer is a PodLookup fed by a watch on the pods of one node.
+type PodInformer struct {
+	nodeName string
+	logger   log.Logger
+	factory  informers.SharedInformerFactory
+	informer cache.SharedIndexInformer
+
+	mu         sync.RWMutex
+	pods       map[string]podRecord      // pod UID -> pod
+	aliases    map[string]string         // static pod UID -> mirror pod UID
+	containers map[string]containerOwner // container ID -> container
+
+	podsGauge prometheus.Gauge
+	errors    prometheus.Counter
+}
+
+type podRecord struct {
+	namespace, name string
+	mirrorOf        string
+	containerIDs    []string
+}
+
+type containerOwner struct {
+	podUID, name string
+}
+
+var _ PodLookup = (*PodInformer)(nil)
+
+// NewPodInformer prepares a watch on the pods scheduled to nodeName. It
+// does not contact the API server: Run starts the watch. Its metrics,
+// gpumem_kubernetes_pods and gpumem_kubernetes_errors_total, are
+// registered on reg when reg is not nil.
+func NewPodInformer(client kubernetes.Interface, nodeName string, logger log.Logger, reg prometheus.Registerer) *PodInformer {
+	if logger == nil {
+		logger = log.NewNopLogger()
+	}
+	p := &PodInformer{
+		nodeName:   nodeName,
+		logger:     logger,
+		pods:       map[string]podRecord{},
+		aliases:    map[string]string{},
+		containers: map[string]containerOwner{},
+		podsGauge: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gpumem_kubernetes_pods",
+			Help: "Pods on this node known to the exporter's pod watch.",
+		}),
+		errors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gpumem_kubernetes_errors_total",
+			Help: "Errors listing or watching pods on the Kubernetes API server.",
+		}),
+	}
+	if nodeName == "" {
+		level.Warn(p.logger).Log("msg", "no node name: the pod watch would see only unscheduled pods; set --kubernetes.node-name or NODE_NAME")
+	}
+	p.podsGauge = registerOrExisting(reg, p.podsGauge, p.logger)
+	p.errors = registerOrExisting(reg, p.errors, p.logger)
+
+	// The node's pods only: a field selector on spec.nodeName, as the
+	// kubelet itself watches. This needs list/watch on pods cluster-wide.
+	selector := fields.OneTermEqualSelector("spec.nodeName", nodeName).String()
+	p.factory = informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = selector }))
+	p.informer = p.factory.Core().V1().Pods().Informer()
+
+	if err := p.informer.SetTransform(trimPod); err != nil {
+		level.Warn(p.logger).Log("msg", "cannot trim cached pods", "err", err)
+	}
+	if err := p.informer.SetWatchErrorHandler(p.watchError); err != nil {
+		level.Warn(p.logger).Log("msg", "cannot count watch errors", "err", err)
+	}
+	if _, err := p.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { p.upsert(obj) },
+		UpdateFunc: func(_, obj any) { p.upsert(obj) },
+		DeleteFunc: p.delete,
+	}); err != nil {
+		level.Error(p.logger).Log("msg", "cannot follow pod events; pod names will be missing", "err", err)
+	}
+	return p
+}
+
+// registerOrExisting registers c on reg, or returns the collector already
+// registered under the same name.
+func registerOrExisting[C prometheus.Collector](reg prometheus.Registerer, c C, logger log.Logger) C {
+	if reg == nil {
+		return c
+	}
+	err := reg.Register(c)
+	if err == nil {
+		return c
+	}
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing
+		}
+	}
+	level.Warn(logger).Log("msg", "cannot register metric", "err", err)
+	return c
+}
+
+// Run starts the watch in the background and returns at once; it stops
+// when ctx ends. Lookups answer from what has arrived so far.
+func (p *PodInformer) Run(ctx context.Context) {
+	p.factory.Start(ctx.Done())
+	go func() {
+		if cache.WaitForCacheSync(ctx.Done(), p.informer.HasSynced) {
+			level.Info(p.logger).Log("msg", "pod watch synced", "node", p.nodeName, "pods", p.podCount())
+		}
+	}()
+	go func() {
+		<-ctx.Done()
+		p.factory.Shutdown()
+	}()
+}
+
+// HasSynced reports whether the first list of the node's pods has arrived.
+func (p *PodInformer) HasSynced() bool {
+	return p.informer.HasSynced()
+}
+
+// Pod implements PodLookup; a nil *PodInformer knows no pods. The UID of a static pod (as the kubelet names
+// its cgroup) finds its mirror pod.
+func (p *PodInformer) Pod(podUID string) (namespace, name string, ok bool) {
+	if p == nil {
+		return "", "", false
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	rec, ok := p.pods[podUID]
+	if !ok {
+		mirror, found := p.aliases[podUID]
+		if !found {
+			return "", "", false
+		}
+		rec, ok = p.pods[mirror]
+	}
+	return rec.namespace, rec.name, ok
+}
+
+// Container implements PodLookup.
+func (p *PodInformer) Container(containerID string) (string, bool) {
+	if p == nil {
+		return "", false
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	c, ok := p.containers[containerID]
+	return c.name, ok
+}
+
+func (p *PodInformer) podCount() int {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return len(p.pods)
+}
+
+func (p *PodInformer) upsert(obj any) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		level.Debug(p.logger).Log("msg", "ignoring unexpected object", "type", fmt.Sprintf("%T", obj))
+		return
+	}
+	// The server filters on the node; the check keeps a stray pod out.
+	if p.nodeName != "" && pod.Spec.NodeName != "" && pod.Spec.NodeName != p.nodeName {
+		return
+	}
+	uid := string(pod.UID)
+	rec := podRecord{
+		namespace: pod.Namespace,
+		name:      pod.Name,
+		mirrorOf:  pod.Annotations[mirrorAnnotation],
+	}
+	names := map[string]string{}
+	for _, statuses := range [][]corev1.ContainerStatus{
+		pod.Status.InitContainerStatuses,
+		pod.Status.ContainerStatuses,
+		pod.Status.EphemeralContainerStatuses,
+	} {
+		for _, cs := range statuses {
+			if id := trimContainerScheme(cs.ContainerID); id != "" {
+				names[id] = cs.Name
+				rec.containerIDs = append(rec.containerIDs, id)
+			}
+		}
+	}
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.removeLocked(uid)
+	p.pods[uid] = rec
+	if rec.mirrorOf != "" && rec.mirrorOf != uid {
+		p.aliases[rec.mirrorOf] = uid
+	}
+	for id, name := range names {
+		p.containers[id] = containerOwner{podUID: uid, name: name}
+	}
+	p.podsGauge.Set(float64(len(p.pods)))
+}
+
+func (p *PodInformer) delete(obj any) {
+	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tombstone.Obj
+	}
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		level.Debug(p.logger).Log("msg", "ignoring deletion of unexpected object", "type", fmt.Sprintf("%T", obj))
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.removeLocked(string(pod.UID))
+	p.podsGauge.Set(float64(len(p.pods)))
+}
+
+// removeLocked forgets the pod with this UID and its containers.
+func (p *PodInformer) removeLocked(uid string) {
+	rec, ok := p.pods[uid]
+	if !ok {
+		return
+	}
+	for _, id := range rec.containerIDs {
+		if p.containers[id].podUID == uid {
+			delete(p.containers, id)
+		}
+	}
+	if rec.mirrorOf != "" && p.aliases[rec.mirrorOf] == uid {
+		delete(p.aliases, rec.mirrorOf)
+	}
+	delete(p.pods, uid)
+}
+
+// watchError counts a failed list or watch. The informer retries by
+// itself with backoff; a watch closed cleanly or expired is routine.
+func (p *PodInformer) watchError(_ *cache.Reflector, err error) {
+	switch {
+	case errors.Is(err, io.EOF):
+		level.Debug(p.logger).Log("msg", "pod watch closed", "err", err)
+	case apierrors.IsResourceExpired(err) || apierrors.IsGone(err):
+		level.Debug(p.logger).Log("msg", "pod watch expired; relisting", "err", err)
+	default:
+		p.errors.Inc()
+		level.Warn(p.logger).Log("msg", "listing or watching pods failed; retrying", "node", p.nodeName, "err", err)
+	}
+}
+
+// trimContainerScheme turns "containerd://<id>" into "<id>" (also cri-o://
+// and docker://); an ID without a scheme is returned as is.
+func trimContainerScheme(id string) string {
+	if i := strings.Index(id, "://"); i >= 0 {
+		return id[i+len("://"):]
+	}
+	return id
+}
+
+// trimPod keeps in the informer's cache only what attribution needs, so a
+// node's pods with their large specs and managed fields cost little.
+func trimPod(obj any) (any, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	trimmed := &corev1.Pod{
+		TypeMeta: pod.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            pod.Name,
+			Namespace:       pod.Namespace,
+			UID:             pod.UID,
+			ResourceVersion: pod.ResourceVersion,
+		},
+		Spec: corev1.PodSpec{NodeName: pod.Spec.NodeName},
+		Status: corev1.PodStatus{
+			Phase:                      pod.Status.Phase,
+			InitContainerStatuses:      trimStatuses(pod.Status.InitContainerStatuses),
+			ContainerStatuses:          trimStatuses(pod.Status.ContainerStatuses),
+			EphemeralContainerStatuses: trimStatuses(pod.Status.EphemeralContainerStatuses),
+		},
+	}
+	if mirror, ok := pod.Annotations[mirrorAnnotation]; ok {
+		trimmed.Annotations = map[string]string{mirrorAnnotation: mirror}
+	}
+	return trimmed, nil
+}
+
+func trimStatuses(in []corev1.ContainerStatus) []corev1.ContainerStatus {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make([]corev1.ContainerStatus, len(in))
+	for i, cs := range in {
+		out[i] = corev1.ContainerStatus{Name: cs.Name, ContainerID: cs.ContainerID}
+	}
+	return out
+}
+
+// NewClient returns a Kubernetes client. With a kubeconfig path it uses
+// that file, and a file that cannot be used is an error. Without one, it
+// uses the in-cluster configuration when running in a pod
+// (KUBERNETES_SERVICE_HOST is set), and otherwise returns ok=false and no
+// error: not in Kubernetes, so no pod attribution.
+func NewClient(kubeconfig string) (client kubernetes.Interface, ok bool, err error) {
+	var cfg *rest.Config
+	switch {
+	case kubeconfig != "":
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+		if err != nil {
+			return nil, false, fmt.Errorf("loading kubeconfig %s: %w", kubeconfig, err)
+		}
+	case os.Getenv("KUBERNETES_SERVICE_HOST") != "":
+		cfg, err = rest.InClusterConfig()
+		if err != nil {
+			return nil, false, fmt.Errorf("loading in-cluster Kubernetes configuration: %w", err)
+		}
+	default:
+		return nil, false, nil
+	}
+	cfg.UserAgent = "gpumem_exporter"
+	cfg.ContentType = "application/vnd.kubernetes.protobuf"
+	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, false, fmt.Errorf("creating Kubernetes client: %w", err)
+	}
+	return cs, true, nil
+}

@@ -1,0 +1,31 @@
+// Package workload says what a GPU process is: its name, owner, container,
+// Kubernetes pod and Slurm job. It reads /proc off the scrape path, when the
+// poller sees a pid that is new or reused, and serves lookups from a cache.
+package workload
+
+// Info is what is known about one process. Empty strings mean unknown.
+type Info struct {
+	PID uint32
+	// StartTime is field 22 of /proc/<pid>/stat (clock ticks since boot);
+	// together with PID it names one process for its whole life.
+	StartTime   uint64
+	Comm        string
+	UID         string // real uid, decimal
+	Cgroup      string // the process's cgroup path (v2 unified, or the v1 path that named a container)
+	ContainerID string
+	PodUID      string
+	SlurmJobID  string
+	Namespace   string
+	Pod         string
+	Container   string
+}
+
+// Resolver maps pids to Info.
+type Resolver interface {
+	// Refresh is called once per poll, off the scrape path, with every pid
+	// the exporter currently exports. It reads /proc for pids that are new
+	// or whose start time changed, and forgets pids not in the list.
+	Refresh(pids []uint32)
+	// Lookup returns the cached Info of pid. It never reads /proc.
+	Lookup(pid uint32) (Info, bool)
+}
