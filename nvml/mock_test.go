@@ -49,7 +49,9 @@ func mockDevice(s *server.Server, i int) *server.Device { return s.Devices[i].(*
 // holding one process of 3 GiB.
 func enableMIG(s *server.Server, i int) {
 	d := mockDevice(s, i)
-	d.GetMigModeFunc = func() (int, int, gonvml.Return) { return gonvml.DEVICE_MIG_ENABLE, gonvml.DEVICE_MIG_ENABLE, gonvml.SUCCESS }
+	d.GetMigModeFunc = func() (int, int, gonvml.Return) {
+		return gonvml.DEVICE_MIG_ENABLE, gonvml.DEVICE_MIG_ENABLE, gonvml.SUCCESS
+	}
 	d.GetMaxMigDeviceCountFunc = func() (int, gonvml.Return) { return 7, gonvml.SUCCESS }
 	var migs []*mock.Device
 	for j := 0; j < 2; j++ {

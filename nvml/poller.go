@@ -101,6 +101,11 @@ func NewPoller(cfg Config) *Poller {
 		}, []string{"call"}),
 		upDesc: prometheus.NewDesc("gpumem_nvml_up", "1 when NVML is initialised and the last poll listed the devices, else 0.", nil, nil),
 	}
+	// The calls every poll makes start at 0, so that a rate() of the first
+	// failure is not lost.
+	for _, call := range []string{"Init", "DeviceGetCount", "GetUUID", "GetMemoryInfo_v2", "GetMemoryInfo", "GetComputeRunningProcesses", "GetGraphicsRunningProcesses"} {
+		p.errors.WithLabelValues(call)
+	}
 	return p
 }
 

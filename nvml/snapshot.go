@@ -6,6 +6,7 @@ package nvml
 
 import (
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -102,17 +103,27 @@ func (d *Device) Unattributed() uint64 {
 	return d.Memory.Used - sum
 }
 
-// Device returns the device with the given UUID (already normalised).
+// Device returns the device with the given UUID. The match ignores case
+// and the GPU-/MIG- prefix: CUDA names a MIG instance by the same 16 bytes
+// that NVML spells MIG-…, and clients can only prefix them with GPU-.
 func (s *Snapshot) Device(uuid string) (*Device, bool) {
 	if s == nil {
 		return nil, false
 	}
+	want := uuidBody(uuid)
 	for i := range s.Devices {
-		if s.Devices[i].UUID == uuid {
+		if strings.EqualFold(uuidBody(s.Devices[i].UUID), want) {
 			return &s.Devices[i], true
 		}
 	}
 	return nil, false
+}
+
+func uuidBody(uuid string) string {
+	if len(uuid) > 4 && (strings.EqualFold(uuid[:4], "GPU-") || strings.EqualFold(uuid[:4], "MIG-")) {
+		return uuid[4:]
+	}
+	return uuid
 }
 
 // PIDs returns every pid listed on any device, without duplicates.

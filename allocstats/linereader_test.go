@@ -1,0 +1,49 @@
+package allocstats
+
+import (
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"testing/iotest"
+)
+
+func TestLineReader(t *testing.T) {
+	tests := []struct {
+		name  string
+		input string
+		max   int
+		want  []string
+		err   error // after the lines
+	}{
+		{"lines", "a\nbb\n\nccc\n", 8, []string{"a", "bb", "", "ccc"}, io.EOF},
+		{"last line without newline", "a\nbb", 8, []string{"a", "bb"}, io.EOF},
+		{"exactly the limit", "12345678\n1\n", 8, []string{"12345678", "1"}, io.EOF},
+		{"over the limit", "12345678\n123456789\n", 8, []string{"12345678"}, errLineTooLong},
+		{"over the limit without newline", "123456789", 8, nil, errLineTooLong},
+		{"long lines grow the buffer", strings.Repeat("x", 10000) + "\ny\n", 10000, []string{strings.Repeat("x", 10000), "y"}, io.EOF},
+		{"over a grown buffer", strings.Repeat("x", 10001) + "\n", 10000, nil, errLineTooLong},
+	}
+	for _, tt := range tests {
+		for _, wrap := range []struct {
+			name string
+			f    func(io.Reader) io.Reader
+		}{{"whole", func(r io.Reader) io.Reader { return r }}, {"bytewise", iotest.OneByteReader}} {
+			t.Run(tt.name+"/"+wrap.name, func(t *testing.T) {
+				lr := newLineReader(wrap.f(strings.NewReader(tt.input)), tt.max)
+				for i, w := range tt.want {
+					got, err := lr.readLine()
+					if err != nil || string(got) != w {
+						t.Fatalf("line %d = %.20q, %v; want %.20q", i, got, err, w)
+					}
+				}
+				if _, err := lr.readLine(); !errors.Is(err, tt.err) {
+					t.Errorf("after the lines: err = %v, want %v", err, tt.err)
+				}
+				if len(lr.buf) > tt.max+1 {
+					t.Errorf("buffer grew to %d bytes, over max+1 = %d", len(lr.buf), tt.max+1)
+				}
+			})
+		}
+	}
+}

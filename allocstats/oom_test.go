@@ -1,0 +1,206 @@
+package allocstats
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-kit/log"
+
+	"github.com/gpumem/gpumem_exporter/nvml"
+)
+
+const mib = 1 << 20
+
+// oomFixture: GPU 3 as NVML saw it when pid 100 ran out of memory, and the
+// allocator stats of the processes that report.
+func oomFixture(t *testing.T) (*Store, *nvml.Snapshot) {
+	t.Helper()
+	snap := &nvml.Snapshot{Devices: []nvml.Device{
+		{Index: 0, UUID: testUUID2, HasMemory: true, HasProcesses: true},
+		{
+			Index: 3, UUID: testUUID, HasMemory: true, HasProcesses: true,
+			Memory: nvml.Memory{Total: 143771 * mib, Used: 11000 * mib, Free: 132771 * mib, Reserved: 615 * mib, HasReserved: true},
+			Processes: []nvml.Process{
+				{PID: 100, HasUsed: true, UsedBytes: 3590 * mib, Name: "python3"},
+				{PID: 200, HasUsed: true, UsedBytes: 6016 * mib, Name: "python3"},
+				{PID: 300, HasUsed: true, UsedBytes: 522 * mib, Name: "/usr/bin/ffmpeg"},
+				{PID: 400, HasUsed: false, Name: "python3"},
+			},
+		},
+	}}
+	store := NewStore(time.Minute)
+	stats := func(pid uint32, uuid string, reserved, active uint64) {
+		mustStats(t, store, nil, identity{pid: pid, startTime: 1}, t0, DeviceReport{UUID: uuid, Reserved: reserved, Active: Some(active)})
+	}
+	stats(100, testUUID, 3072*mib, 3000*mib)
+	stats(200, testUUID, 5496*mib, 0)
+	stats(400, testUUID, 100*mib, 100*mib)
+	stats(500, testUUID, 200*mib, 50*mib) // reports, but NVML does not list it
+	stats(600, testUUID2, 1*mib, 1*mib)   // another device
+	return store, snap
+}
+
+func describeFixture(pid uint32) ProcessLabels {
+	switch pid {
+	case 100:
+		return ProcessLabels{Comm: "train", Namespace: "ml", Pod: "trainer-0", Container: "main"}
+	case 200:
+		return ProcessLabels{Comm: "eval"}
+	}
+	return ProcessLabels{}
+}
+
+func u64(v uint64) *uint64 { return &v }
+
+func TestOOMReportDescribesTheWholeDevice(t *testing.T) {
+	store, snap := oomFixture(t)
+	var logBuf bytes.Buffer
+	reports := NewOOMReports(4, func() *nvml.Snapshot { return snap }, store, describeFixture, log.NewLogfmtLogger(&logBuf))
+	_, ev, err := store.oom(nil, identity{pid: 100, startTime: 1}, OOMMessage{UUID: testUUID, RequestedBytes: 916 * mib, LimitBytes: Some(4096 * mib)}, t0, DefaultMaxDevices)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reports.Record(ev)
+
+	list := reports.List()
+	if len(list) != 1 {
+		t.Fatalf("List has %d reports, want 1", len(list))
+	}
+	got := list[0]
+	want := OOMReport{
+		Time: t0, GPU: "3", UUID: testUUID, PID: 100,
+		Comm: "train", Namespace: "ml", Pod: "trainer-0", Container: "main",
+		RequestedBytes: 916 * mib, LimitBytes: u64(4096 * mib),
+		DeviceMemory: &OOMDeviceMemory{TotalBytes: 143771 * mib, UsedBytes: 11000 * mib, FreeBytes: 132771 * mib, ReservedBytes: u64(615 * mib)},
+		Totals: OOMTotals{
+			ReservedBytes:     (3072 + 5496 + 100 + 200) * mib,
+			ActiveBytes:       (3000 + 0 + 100 + 50) * mib,
+			InactiveBytes:     (72 + 5496 + 0 + 150) * mib,
+			ContextBytes:      (518 + 520) * mib,
+			UnattributedBytes: u64((11000 - 3590 - 6016 - 522) * mib),
+		},
+		Processes: []OOMProcess{
+			{PID: 200, Comm: "eval", NVMLListed: true, UsedBytes: u64(6016 * mib), ContextBytes: u64(520 * mib), ReservedBytes: u64(5496 * mib), ActiveBytes: u64(0), InactiveBytes: u64(5496 * mib)},
+			{PID: 100, Comm: "train", Namespace: "ml", Pod: "trainer-0", Container: "main", Reporting: true, NVMLListed: true, UsedBytes: u64(3590 * mib), ContextBytes: u64(518 * mib), ReservedBytes: u64(3072 * mib), ActiveBytes: u64(3000 * mib), InactiveBytes: u64(72 * mib)},
+			{PID: 300, Comm: "ffmpeg", NVMLListed: true, UsedBytes: u64(522 * mib)},
+			{PID: 500, ReservedBytes: u64(200 * mib), ActiveBytes: u64(50 * mib), InactiveBytes: u64(150 * mib)},
+			{PID: 400, Comm: "python3", NVMLListed: true, ReservedBytes: u64(100 * mib), ActiveBytes: u64(100 * mib), InactiveBytes: u64(0)},
+		},
+	}
+	gotJSON, _ := json.MarshalIndent(got, "", " ")
+	wantJSON, _ := json.MarshalIndent(want, "", " ")
+	if !bytes.Equal(gotJSON, wantJSON) {
+		t.Errorf("report\n got %s\nwant %s", gotJSON, wantJSON)
+	}
+
+	logged := logBuf.String()
+	for _, kv := range []string{
+		`level=warn`, `msg="CUDA out of memory reported"`, `pid=100`, `comm=train`, `gpu=3`, `uuid=` + testUUID,
+		`requested_bytes=960495616`, `context_bytes=1088421888`, `top_holder_pid=200`, `top_holder_comm=eval`,
+	} {
+		if !strings.Contains(logged, kv) {
+			t.Errorf("log line lacks %s: %s", kv, logged)
+		}
+	}
+}
+
+func TestOOMReportWithoutNVMLKnowledge(t *testing.T) {
+	store := NewStore(time.Minute)
+	ev, ok := store.RecordOOMSynthetic(7, testUUID, 5, t0)
+	if !ok {
+		t.Fatal("RecordOOMSynthetic failed")
+	}
+	reports := NewOOMReports(0, nil, store, nil, nil)
+	reports.Record(ev)
+	got := reports.List()[0]
+	if got.GPU != "" || got.DeviceMemory != nil || !got.Synthetic || got.Totals.UnattributedBytes != nil {
+		t.Errorf("report without a snapshot and without stats: %+v", got)
+	}
+	want := OOMProcess{PID: 7, Reporting: true}
+	if len(got.Processes) != 1 || got.Processes[0] != want {
+		t.Errorf("processes = %+v, want only the reporter, without figures", got.Processes)
+	}
+}
+
+func TestOOMReportsKeepTheNewestInARing(t *testing.T) {
+	reports := NewOOMReports(2, nil, nil, nil, nil)
+	for i := uint64(1); i <= 3; i++ {
+		reports.Record(OOMEvent{Time: t0, PID: uint32(i), UUID: testUUID, Requested: i})
+		if n := len(reports.List()); n != int(min(i, 2)) {
+			t.Fatalf("after %d reports List has %d", i, n)
+		}
+	}
+	list := reports.List()
+	if list[0].PID != 3 || list[1].PID != 2 {
+		t.Errorf("List = pids %d, %d; want 3, 2 (newest first)", list[0].PID, list[1].PID)
+	}
+}
+
+func TestOOMReportsHTTP(t *testing.T) {
+	reports := NewOOMReports(2, nil, nil, nil, nil)
+	get := func(method string) *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		reports.ServeHTTP(rec, httptest.NewRequest(method, "/api/v1/oom-reports", nil))
+		return rec
+	}
+	if rec := get(http.MethodGet); rec.Code != 200 || rec.Body.String() != `{"reports":[]}`+"\n" || rec.Header().Get("Content-Type") != "application/json" {
+		t.Errorf("empty: %d %q %q", rec.Code, rec.Header().Get("Content-Type"), rec.Body.String())
+	}
+	reports.Record(OOMEvent{Time: t0, PID: 9, UUID: testUUID, Requested: 1, Free: Some(2)})
+	rec := get(http.MethodGet)
+	var body struct {
+		Reports []map[string]any `json:"reports"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+		t.Fatalf("decoding %s: %v", rec.Body.String(), err)
+	}
+	if len(body.Reports) != 1 || body.Reports[0]["pid"] != float64(9) || body.Reports[0]["free_bytes"] != float64(2) {
+		t.Errorf("body = %s", rec.Body.String())
+	}
+	if _, ok := body.Reports[0]["limit_bytes"]; ok {
+		t.Errorf("an unknown limit is in the JSON: %s", rec.Body.String())
+	}
+	if rec := get(http.MethodPost); rec.Code != http.StatusMethodNotAllowed {
+		t.Errorf("POST answered %d, want 405", rec.Code)
+	}
+}
+
+func TestOOMLoggingIsRateLimited(t *testing.T) {
+	var mu sync.Mutex
+	var warns int
+	logger := log.LoggerFunc(func(kv ...any) error {
+		mu.Lock()
+		defer mu.Unlock()
+		for i := 0; i+1 < len(kv); i += 2 {
+			if kv[i] == "level" && strings.Contains(strings.ToLower(toString(kv[i+1])), "warn") {
+				warns++
+			}
+		}
+		return nil
+	})
+	reports := NewOOMReports(2, nil, nil, nil, logger)
+	for i := 0; i < 100; i++ {
+		reports.Record(OOMEvent{Time: t0, PID: 1, UUID: testUUID})
+	}
+	if warns != 10 {
+		t.Errorf("100 OOMs at once logged %d warnings, want the burst of 10", warns)
+	}
+	reports.Record(OOMEvent{Time: t0.Add(time.Minute), PID: 1, UUID: testUUID})
+	if warns != 11 {
+		t.Errorf("an OOM a minute later was not logged at warn")
+	}
+}
+
+func toString(v any) string {
+	if s, ok := v.(interface{ String() string }); ok {
+		return s.String()
+	}
+	s, _ := v.(string)
+	return s
+}

@@ -1,0 +1,566 @@
+package allocstats
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/gpumem/gpumem_exporter/nvml"
+)
+
+// DeviceStats is the allocator state of one process on one device.
+type DeviceStats struct {
+	UUID string // as NVML spells it
+	// HasStats is false when only an oom message named the device: Reserved
+	// and the other allocator fields are then unknown (zero), and only the
+	// LastOOM fields mean something.
+	HasStats      bool
+	Reserved      uint64
+	Active        Optional
+	Allocated     Optional
+	InactiveSplit Optional
+	PeakReserved  Optional
+	PeakActive    Optional
+	Limit         Optional
+	// AllocRetries and OOMs never decrease within a process's life, even
+	// when the client resets its counters.
+	AllocRetries   Optional
+	OOMs           Optional
+	LastOOMRequest Optional
+	LastOOMTime    time.Time // zero if none
+	// LastReport is when a stats or oom message last named the device.
+	LastReport time.Time
+}
+
+// Inactive is reserved minus active (cached but unused), never below zero.
+// It means something only when Active.OK; it is 0 otherwise.
+func (d DeviceStats) Inactive() uint64 {
+	if !d.Active.OK || d.Active.V >= d.Reserved {
+		return 0
+	}
+	return d.Reserved - d.Active.V
+}
+
+// Process is what the store knows about one reporting process.
+type Process struct {
+	PID       uint32
+	UID       uint32
+	StartTime uint64 // clock ticks since boot (/proc/<pid>/stat field 22); 0 if unknown
+	// Framework, FrameworkVersion and Client come from hello, sanitised:
+	// printable ASCII, at most 64 characters.
+	Framework        string
+	FrameworkVersion string
+	Client           string
+	Connected        bool // at least one connection of the process is open
+	Synthetic        bool // fed by the simulated backend, not a socket
+	Devices          []DeviceStats
+}
+
+// Device returns the process's stats for the device uuid.
+func (p *Process) Device(uuid string) (DeviceStats, bool) {
+	i := sort.Search(len(p.Devices), func(i int) bool { return p.Devices[i].UUID >= uuid })
+	if i < len(p.Devices) && p.Devices[i].UUID == uuid {
+		return p.Devices[i], true
+	}
+	return DeviceStats{}, false
+}
+
+// OOMEvent is one out-of-memory event, as recorded in the store.
+type OOMEvent struct {
+	Time      time.Time
+	PID       uint32
+	UID       uint32
+	StartTime uint64
+	UUID      string // as NVML spells it
+	Requested uint64 // bytes the failed allocation asked for
+	Limit     Optional
+	Free      Optional
+	Synthetic bool
+}
+
+// errProcessGone: the connection's process entry was removed (pruned or
+// replaced), so its messages are dropped.
+var errProcessGone = errors.New("the process's entry was removed from the store")
+
+// Store keeps the latest allocator state per process and device. It is safe
+// for concurrent use. Its size is bounded by the number of live connections,
+// the disconnected processes within the TTL, the synthetic processes and
+// the devices-per-process cap.
+type Store struct {
+	ttl time.Duration
+
+	mu    sync.RWMutex
+	procs map[uint32]*procEntry
+	// sorted holds the entries of procs ordered by pid, so that Processes
+	// costs no sort.
+	sorted []*procEntry
+	// nDevices is the number of device entries over all processes.
+	nDevices int
+}
+
+type procEntry struct {
+	pid, uid         uint32
+	startTime        uint64
+	framework        string
+	frameworkVersion string
+	client           string
+	synthetic        bool
+	conns            int       // open connections bound to the entry
+	disconnectedAt   time.Time // when conns last fell to 0
+	removed          bool
+	devices          []*deviceEntry // sorted by UUID
+}
+
+type deviceEntry struct {
+	stats   DeviceStats
+	retries counterState
+	ooms    counterState
+}
+
+// counterState turns a client counter that may reset into one that never
+// decreases: exported = base + raw, and base grows by the last raw value
+// whenever raw goes down.
+type counterState struct {
+	seen    bool
+	lastRaw uint64
+	base    uint64
+}
+
+func (c *counterState) update(raw uint64) uint64 {
+	if c.seen && raw < c.lastRaw {
+		c.base = addSat(c.base, c.lastRaw)
+	}
+	c.seen = true
+	c.lastRaw = raw
+	return addSat(c.base, raw)
+}
+
+func addSat(a, b uint64) uint64 {
+	if a > math.MaxUint64-b {
+		return math.MaxUint64
+	}
+	return a + b
+}
+
+// NewStore returns an empty store. A process whose connections are all
+// closed is removed by the first Prune at least ttl after the last one
+// closed (ttl <= 0: the first Prune after it closed).
+func NewStore(ttl time.Duration) *Store {
+	return &Store{ttl: ttl, procs: make(map[uint32]*procEntry)}
+}
+
+// Processes returns a deep copy of every process, sorted by pid, each with
+// its devices sorted by UUID.
+func (s *Store) Processes() []Process {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]Process, len(s.sorted))
+	// One backing array for all devices: two allocations in all.
+	all := make([]DeviceStats, 0, s.nDevices)
+	for i, e := range s.sorted {
+		start := len(all)
+		for _, d := range e.devices {
+			all = append(all, d.stats)
+		}
+		out[i] = e.snapshot(all[start:len(all):len(all)])
+	}
+	return out
+}
+
+// Process returns a copy of one process.
+func (s *Store) Process(pid uint32) (Process, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	e, ok := s.procs[pid]
+	if !ok {
+		return Process{}, false
+	}
+	devs := make([]DeviceStats, len(e.devices))
+	for i, d := range e.devices {
+		devs[i] = d.stats
+	}
+	return e.snapshot(devs), true
+}
+
+func (e *procEntry) snapshot(devs []DeviceStats) Process {
+	return Process{
+		PID:              e.pid,
+		UID:              e.uid,
+		StartTime:        e.startTime,
+		Framework:        e.framework,
+		FrameworkVersion: e.frameworkVersion,
+		Client:           e.client,
+		Connected:        e.conns > 0,
+		Synthetic:        e.synthetic,
+		Devices:          devs,
+	}
+}
+
+// PIDs returns the pids of every process in the store, sorted.
+func (s *Store) PIDs() []uint32 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	pids := make([]uint32, len(s.sorted))
+	for i, e := range s.sorted {
+		pids[i] = e.pid
+	}
+	return pids
+}
+
+// Len returns the number of processes in the store.
+func (s *Store) Len() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return len(s.sorted)
+}
+
+// Prune is called once per NVML poll. It drops every non-synthetic process
+// that alive says is gone (alive must answer true when it cannot tell), and
+// every process whose connections have all been closed for at least the
+// TTL. alive is called without the store's lock held; it may be nil.
+func (s *Store) Prune(now time.Time, alive func(pid uint32, startTime uint64) bool) {
+	type candidate struct {
+		e     *procEntry
+		pid   uint32
+		start uint64
+	}
+	var check []candidate
+	if alive != nil {
+		s.mu.RLock()
+		check = make([]candidate, 0, len(s.sorted))
+		for _, e := range s.sorted {
+			if !e.synthetic {
+				check = append(check, candidate{e, e.pid, e.startTime})
+			}
+		}
+		s.mu.RUnlock()
+	}
+	dead := make(map[*procEntry]bool)
+	for _, c := range check {
+		if !alive(c.pid, c.start) {
+			dead[c.e] = true
+		}
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	kept := s.sorted[:0]
+	for _, e := range s.sorted {
+		expired := !e.synthetic && e.conns == 0 && now.Sub(e.disconnectedAt) >= s.ttl
+		if dead[e] || expired {
+			s.dropLocked(e)
+			continue
+		}
+		kept = append(kept, e)
+	}
+	clear(s.sorted[len(kept):])
+	s.sorted = kept
+}
+
+// Remove drops the process pid, synthetic or not.
+func (s *Store) Remove(pid uint32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e, ok := s.procs[pid]; ok {
+		s.dropLocked(e)
+		s.removeSortedLocked(pid)
+	}
+}
+
+// dropLocked forgets e but leaves s.sorted to the caller.
+func (s *Store) dropLocked(e *procEntry) {
+	e.removed = true
+	s.nDevices -= len(e.devices)
+	if s.procs[e.pid] == e {
+		delete(s.procs, e.pid)
+	}
+}
+
+func (s *Store) sortedIndexLocked(pid uint32) int {
+	return sort.Search(len(s.sorted), func(i int) bool { return s.sorted[i].pid >= pid })
+}
+
+func (s *Store) removeSortedLocked(pid uint32) {
+	i := s.sortedIndexLocked(pid)
+	if i < len(s.sorted) && s.sorted[i].pid == pid {
+		copy(s.sorted[i:], s.sorted[i+1:])
+		s.sorted[len(s.sorted)-1] = nil
+		s.sorted = s.sorted[:len(s.sorted)-1]
+	}
+}
+
+// putLocked inserts e, replacing any entry of the same pid.
+func (s *Store) putLocked(e *procEntry) {
+	if old, ok := s.procs[e.pid]; ok {
+		s.dropLocked(old)
+		i := s.sortedIndexLocked(e.pid)
+		s.sorted[i] = e
+		s.procs[e.pid] = e
+		return
+	}
+	s.procs[e.pid] = e
+	i := s.sortedIndexLocked(e.pid)
+	s.sorted = append(s.sorted, nil)
+	copy(s.sorted[i+1:], s.sorted[i:])
+	s.sorted[i] = e
+}
+
+// identity is who the kernel says a connection's peer is.
+type identity struct {
+	pid, uid  uint32
+	startTime uint64 // 0: unknown
+}
+
+// sameProcess reports whether the entry describes the process id. A start
+// time of 0 is unknown and matches any.
+func (e *procEntry) sameProcess(id identity) bool {
+	return !e.synthetic && e.pid == id.pid &&
+		(e.startTime == id.startTime || e.startTime == 0 || id.startTime == 0)
+}
+
+// bindLocked returns the entry a connection's message goes to. bound is the
+// entry the connection bound to before (nil at first). A connection binds at
+// its first accepted message: to the entry of the same process if there is
+// one (a reconnect within the TTL keeps its counters), else to a new entry
+// that replaces any other of the same pid (a reused pid, or a synthetic
+// entry). A connection whose entry was removed since gets errProcessGone.
+func (s *Store) bindLocked(bound *procEntry, id identity) (*procEntry, error) {
+	if bound != nil {
+		if bound.removed {
+			return nil, errProcessGone
+		}
+		return bound, nil
+	}
+	e, ok := s.procs[id.pid]
+	if ok && e.sameProcess(id) {
+		if e.startTime == 0 {
+			e.startTime = id.startTime
+		}
+	} else {
+		e = &procEntry{pid: id.pid, uid: id.uid, startTime: id.startTime}
+		s.putLocked(e)
+	}
+	e.conns++
+	return e, nil
+}
+
+// release is called when a connection bound to e closes.
+func (s *Store) release(e *procEntry, now time.Time) {
+	if e == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e.conns--
+	if e.conns <= 0 {
+		e.conns = 0
+		e.disconnectedAt = now
+	}
+}
+
+// hello records a hello message of a connection and returns its entry.
+func (s *Store) hello(bound *procEntry, id identity, h Hello) (*procEntry, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, err := s.bindLocked(bound, id)
+	if err != nil {
+		return bound, err
+	}
+	e.framework, e.frameworkVersion, e.client = h.Framework, h.FrameworkVersion, h.Client
+	return e, nil
+}
+
+// stats applies a validated stats message of a connection.
+func (s *Store) stats(bound *procEntry, id identity, devices []DeviceReport, now time.Time, maxDevices int) (*procEntry, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.checkCapLocked(bound, id, devices, maxDevices); err != nil {
+		return bound, err
+	}
+	e, err := s.bindLocked(bound, id)
+	if err != nil {
+		return bound, err
+	}
+	s.applyLocked(e, devices, now)
+	return e, nil
+}
+
+// checkCapLocked fails when applying devices would give the process more
+// than maxDevices devices, without changing anything.
+func (s *Store) checkCapLocked(bound *procEntry, id identity, devices []DeviceReport, maxDevices int) error {
+	if maxDevices <= 0 {
+		return nil
+	}
+	e := bound
+	if e == nil {
+		if cur, ok := s.procs[id.pid]; ok && cur.sameProcess(id) {
+			e = cur
+		}
+	}
+	n := 0
+	if e != nil {
+		n = len(e.devices)
+	}
+	for _, d := range devices {
+		if e == nil || e.device(d.UUID) == nil {
+			n++
+		}
+	}
+	if n > maxDevices {
+		return fmt.Errorf("the process would report %d devices, the limit is %d", n, maxDevices)
+	}
+	return nil
+}
+
+func (s *Store) applyLocked(e *procEntry, devices []DeviceReport, now time.Time) {
+	for _, r := range devices {
+		d := s.deviceLocked(e, r.UUID)
+		st := &d.stats
+		st.HasStats = true
+		st.Reserved = r.Reserved
+		st.Active = r.Active
+		st.Allocated = r.Allocated
+		st.InactiveSplit = r.InactiveSplit
+		st.PeakReserved = r.PeakReserved
+		st.PeakActive = r.PeakActive
+		st.Limit = r.Limit
+		st.AllocRetries = d.retries.apply(r.AllocRetries)
+		st.OOMs = d.ooms.apply(r.OOMs)
+		st.LastReport = now
+	}
+}
+
+func (c *counterState) apply(raw Optional) Optional {
+	if !raw.OK {
+		return Optional{}
+	}
+	return Some(c.update(raw.V))
+}
+
+// device returns the entry's device uuid, or nil.
+func (e *procEntry) device(uuid string) *deviceEntry {
+	i := sort.Search(len(e.devices), func(i int) bool { return e.devices[i].stats.UUID >= uuid })
+	if i < len(e.devices) && e.devices[i].stats.UUID == uuid {
+		return e.devices[i]
+	}
+	return nil
+}
+
+// deviceLocked returns the entry's device uuid, creating it if absent.
+func (s *Store) deviceLocked(e *procEntry, uuid string) *deviceEntry {
+	i := sort.Search(len(e.devices), func(i int) bool { return e.devices[i].stats.UUID >= uuid })
+	if i < len(e.devices) && e.devices[i].stats.UUID == uuid {
+		return e.devices[i]
+	}
+	d := &deviceEntry{stats: DeviceStats{UUID: uuid}}
+	e.devices = append(e.devices, nil)
+	copy(e.devices[i+1:], e.devices[i:])
+	e.devices[i] = d
+	if !e.removed {
+		s.nDevices++
+	}
+	return d
+}
+
+// oom records an oom message of a connection.
+func (s *Store) oom(bound *procEntry, id identity, m OOMMessage, now time.Time, maxDevices int) (*procEntry, OOMEvent, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.checkCapLocked(bound, id, []DeviceReport{{UUID: m.UUID}}, maxDevices); err != nil {
+		return bound, OOMEvent{}, err
+	}
+	e, err := s.bindLocked(bound, id)
+	if err != nil {
+		return bound, OOMEvent{}, err
+	}
+	return e, s.recordOOMLocked(e, m, now), nil
+}
+
+func (s *Store) recordOOMLocked(e *procEntry, m OOMMessage, now time.Time) OOMEvent {
+	d := s.deviceLocked(e, m.UUID)
+	d.stats.LastOOMRequest = Some(m.RequestedBytes)
+	d.stats.LastOOMTime = now
+	d.stats.LastReport = now
+	return OOMEvent{
+		Time:      now,
+		PID:       e.pid,
+		UID:       e.uid,
+		StartTime: e.startTime,
+		UUID:      m.UUID,
+		Requested: m.RequestedBytes,
+		Limit:     m.LimitBytes,
+		Free:      m.FreeBytes,
+		Synthetic: e.synthetic,
+	}
+}
+
+// syntheticLocked returns the synthetic entry of pid, creating it if there
+// is none. It returns nil when a real (socket) process holds the pid: real
+// processes win.
+func (s *Store) syntheticLocked(pid uint32) *procEntry {
+	e, ok := s.procs[pid]
+	if ok {
+		if !e.synthetic {
+			return nil
+		}
+		return e
+	}
+	e = &procEntry{pid: pid, synthetic: true}
+	s.putLocked(e)
+	return e
+}
+
+// ApplySynthetic is used by the simulated backend: the same as a stats
+// message from pid, with the framework of a hello (when not empty). The
+// entry is marked Synthetic, has start time 0 and is never removed by
+// Prune, only by Remove. UUIDs are normalised where they parse; devices
+// beyond DefaultMaxDevices per process are ignored. Nothing happens when a
+// real process that reports over the socket holds pid.
+func (s *Store) ApplySynthetic(pid uint32, framework string, devices []DeviceReport, now time.Time) {
+	reports := make([]DeviceReport, 0, len(devices))
+	for _, d := range devices {
+		if u, ok := nvml.NormalizeUUID(d.UUID); ok {
+			d.UUID = u
+		}
+		reports = append(reports, d)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.syntheticLocked(pid)
+	if e == nil {
+		return
+	}
+	if framework != "" {
+		e.framework = Sanitize(framework)
+	}
+	for _, r := range reports {
+		if e.device(r.UUID) == nil && len(e.devices) >= DefaultMaxDevices {
+			continue
+		}
+		s.applyLocked(e, []DeviceReport{r}, now)
+	}
+}
+
+// RecordOOMSynthetic is used by the simulated backend: the same as an oom
+// message from pid. It returns the event for the caller to pass on (to
+// OOMReports.Record, as the server does with Config.OnOOM); ok is false
+// when nothing was recorded because a real process holds pid or the
+// device cap is reached.
+func (s *Store) RecordOOMSynthetic(pid uint32, uuid string, requested uint64, now time.Time) (ev OOMEvent, ok bool) {
+	if u, valid := nvml.NormalizeUUID(uuid); valid {
+		uuid = u
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.syntheticLocked(pid)
+	if e == nil {
+		return OOMEvent{}, false
+	}
+	if e.device(uuid) == nil && len(e.devices) >= DefaultMaxDevices {
+		return OOMEvent{}, false
+	}
+	return s.recordOOMLocked(e, OOMMessage{UUID: uuid, RequestedBytes: requested}, now), true
+}

@@ -1,0 +1,276 @@
+package allocstats
+
+import (
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+
+// mustStats applies a stats message as the connection bound to bound.
+func mustStats(t *testing.T, s *Store, bound *procEntry, id identity, now time.Time, reports ...DeviceReport) *procEntry {
+	t.Helper()
+	e, err := s.stats(bound, id, reports, now, DefaultMaxDevices)
+	if err != nil {
+		t.Fatalf("applying stats of pid %d: %v", id.pid, err)
+	}
+	return e
+}
+
+func mustProcess(t *testing.T, s *Store, pid uint32) Process {
+	t.Helper()
+	p, ok := s.Process(pid)
+	if !ok {
+		t.Fatalf("pid %d is not in the store (pids: %v)", pid, s.PIDs())
+	}
+	return p
+}
+
+func mustDevice(t *testing.T, p Process, uuid string) DeviceStats {
+	t.Helper()
+	d, ok := p.Device(uuid)
+	if !ok {
+		t.Fatalf("pid %d has no stats for %s (devices: %+v)", p.PID, uuid, p.Devices)
+	}
+	return d
+}
+
+func TestCountersNeverDecreaseWhenTheClientResetsThem(t *testing.T) {
+	s := NewStore(time.Minute)
+	id := identity{pid: 100, startTime: 7}
+	var e *procEntry
+	steps := []struct {
+		raw  Optional
+		want Optional
+	}{
+		{Some(5), Some(5)},
+		{Some(6), Some(6)},
+		{Some(0), Some(6)}, // reset_accumulated_memory_stats
+		{Some(2), Some(8)},
+		{Optional{}, Optional{}}, // field left out: no series, state kept
+		{Some(1), Some(9)},       // another reset
+		{Some(1), Some(9)},
+	}
+	for i, st := range steps {
+		e = mustStats(t, s, e, id, t0, DeviceReport{UUID: testUUID, Reserved: 1, OOMs: st.raw, AllocRetries: st.raw})
+		d := mustDevice(t, mustProcess(t, s, 100), testUUID)
+		if d.OOMs != st.want || d.AllocRetries != st.want {
+			t.Fatalf("step %d: client sent %+v, exported ooms %+v and alloc_retries %+v, want %+v", i, st.raw, d.OOMs, d.AllocRetries, st.want)
+		}
+	}
+}
+
+func TestCounterSaturatesInsteadOfWrapping(t *testing.T) {
+	var c counterState
+	c.update(^uint64(0))
+	if got := c.update(^uint64(0) - 1); got != ^uint64(0) {
+		t.Errorf("after a reset from the maximum the counter is %d, want it saturated at the maximum", got)
+	}
+}
+
+func TestStatsReplaceTheDeviceStateButKeepOOMInfo(t *testing.T) {
+	s := NewStore(time.Minute)
+	id := identity{pid: 1, startTime: 1}
+	e := mustStats(t, s, nil, id, t0, DeviceReport{UUID: testUUID, Reserved: 100, Active: Some(60), Limit: Some(1000)})
+	if _, _, err := s.oom(e, id, OOMMessage{UUID: testUUID, RequestedBytes: 916}, t0.Add(time.Second), DefaultMaxDevices); err != nil {
+		t.Fatal(err)
+	}
+	mustStats(t, s, e, id, t0.Add(2*time.Second), DeviceReport{UUID: testUUID, Reserved: 200})
+	d := mustDevice(t, mustProcess(t, s, 1), testUUID)
+	want := DeviceStats{
+		UUID: testUUID, HasStats: true, Reserved: 200,
+		LastOOMRequest: Some(916), LastOOMTime: t0.Add(time.Second), LastReport: t0.Add(2 * time.Second),
+	}
+	if d != want {
+		t.Errorf("device after stats, oom, stats without optional fields:\n got %+v\nwant %+v", d, want)
+	}
+}
+
+func TestOOMBeforeStatsCreatesADeviceWithoutStats(t *testing.T) {
+	s := NewStore(time.Minute)
+	_, ev, err := s.oom(nil, identity{pid: 3, uid: 1000, startTime: 9}, OOMMessage{UUID: testUUID, RequestedBytes: 5, FreeBytes: Some(4)}, t0, DefaultMaxDevices)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantEv := OOMEvent{Time: t0, PID: 3, UID: 1000, StartTime: 9, UUID: testUUID, Requested: 5, Free: Some(4)}
+	if ev != wantEv {
+		t.Errorf("event\n got %+v\nwant %+v", ev, wantEv)
+	}
+	d := mustDevice(t, mustProcess(t, s, 3), testUUID)
+	if d.HasStats || d.Reserved != 0 || d.LastOOMRequest != Some(5) {
+		t.Errorf("device named only by an oom message: %+v, want HasStats false and LastOOMRequest 5", d)
+	}
+	if got := d.Inactive(); got != 0 {
+		t.Errorf("Inactive of a device without stats = %d, want 0", got)
+	}
+}
+
+func TestInactiveIsReservedMinusActiveClampedAtZero(t *testing.T) {
+	tests := []struct {
+		d    DeviceStats
+		want uint64
+	}{
+		{DeviceStats{HasStats: true, Reserved: 918, Active: Some(916)}, 2},
+		{DeviceStats{HasStats: true, Reserved: 918}, 0}, // active unknown
+		{DeviceStats{HasStats: true, Reserved: 10, Active: Some(12)}, 0},
+	}
+	for _, tt := range tests {
+		if got := tt.d.Inactive(); got != tt.want {
+			t.Errorf("reserved %d active %+v: Inactive = %d, want %d", tt.d.Reserved, tt.d.Active, got, tt.want)
+		}
+	}
+}
+
+func TestAReusedPIDReplacesTheEntry(t *testing.T) {
+	s := NewStore(time.Minute)
+	old := mustStats(t, s, nil, identity{pid: 42, startTime: 100}, t0, DeviceReport{UUID: testUUID, Reserved: 1, OOMs: Some(5)})
+	mustStats(t, s, nil, identity{pid: 42, startTime: 200}, t0, DeviceReport{UUID: testUUID2, Reserved: 2, OOMs: Some(1)})
+	p := mustProcess(t, s, 42)
+	if p.StartTime != 200 || len(p.Devices) != 1 || p.Devices[0].UUID != testUUID2 || p.Devices[0].OOMs != Some(1) {
+		t.Errorf("after pid reuse the process is %+v, want only the new process's device with ooms 1", p)
+	}
+	if _, err := s.stats(old, identity{pid: 42, startTime: 100}, []DeviceReport{{UUID: testUUID, Reserved: 9}}, t0, DefaultMaxDevices); err != errProcessGone {
+		t.Errorf("a message on the replaced process's connection: err = %v, want errProcessGone", err)
+	}
+}
+
+func TestASecondConnectionOfTheSameProcessSharesItsEntry(t *testing.T) {
+	s := NewStore(time.Minute)
+	a := mustStats(t, s, nil, identity{pid: 7, startTime: 1}, t0, DeviceReport{UUID: testUUID, Reserved: 1, OOMs: Some(3)})
+	b := mustStats(t, s, nil, identity{pid: 7, startTime: 1}, t0, DeviceReport{UUID: testUUID2, Reserved: 2})
+	if a != b {
+		t.Fatal("two connections of one process got different entries")
+	}
+	s.release(a, t0)
+	if p := mustProcess(t, s, 7); !p.Connected || len(p.Devices) != 2 {
+		t.Errorf("one of two connections closed: %+v, want connected with both devices", p)
+	}
+	s.release(b, t0)
+	if p := mustProcess(t, s, 7); p.Connected {
+		t.Errorf("both connections closed, but the process is still connected")
+	}
+}
+
+func TestPruneDropsDeadAndExpiredProcessesOnly(t *testing.T) {
+	s := NewStore(time.Minute)
+	live := mustStats(t, s, nil, identity{pid: 1, startTime: 1}, t0, DeviceReport{UUID: testUUID, Reserved: 1})
+	dead := mustStats(t, s, nil, identity{pid: 2, startTime: 2}, t0, DeviceReport{UUID: testUUID, Reserved: 1})
+	gone := mustStats(t, s, nil, identity{pid: 3, startTime: 3}, t0, DeviceReport{UUID: testUUID, Reserved: 1})
+	s.ApplySynthetic(4, "pytorch", []DeviceReport{{UUID: testUUID, Reserved: 1}}, t0)
+	_ = live
+	_ = dead
+	s.release(gone, t0)
+
+	alive := func(pid uint32, start uint64) bool { return pid != 2 && pid != 4 }
+	s.Prune(t0.Add(59*time.Second), alive)
+	if got := s.PIDs(); !equalPIDs(got, []uint32{1, 3, 4}) {
+		t.Errorf("after Prune within the TTL pids are %v, want [1 3 4] (2 is dead; synthetic 4 is never pruned)", got)
+	}
+	s.Prune(t0.Add(time.Minute), alive)
+	if got := s.PIDs(); !equalPIDs(got, []uint32{1, 4}) {
+		t.Errorf("after Prune at the TTL pids are %v, want [1 4]", got)
+	}
+	if _, err := s.stats(dead, identity{pid: 2, startTime: 2}, []DeviceReport{{UUID: testUUID, Reserved: 1}}, t0, DefaultMaxDevices); err != errProcessGone {
+		t.Errorf("a pruned process's connection could still write: err = %v", err)
+	}
+	s.Remove(4)
+	if got := s.PIDs(); !equalPIDs(got, []uint32{1}) {
+		t.Errorf("after Remove(4) pids are %v, want [1]", got)
+	}
+	if n := s.nDevices; n != 1 {
+		t.Errorf("device count after pruning is %d, want 1", n)
+	}
+}
+
+func TestReconnectWithinTTLKeepsCounters(t *testing.T) {
+	s := NewStore(time.Minute)
+	id := identity{pid: 5, startTime: 5}
+	e := mustStats(t, s, nil, id, t0, DeviceReport{UUID: testUUID, Reserved: 1, OOMs: Some(4)})
+	s.release(e, t0)
+	// The client restarts its counters on reconnect: still no decrease.
+	mustStats(t, s, nil, id, t0.Add(time.Second), DeviceReport{UUID: testUUID, Reserved: 1, OOMs: Some(1)})
+	if d := mustDevice(t, mustProcess(t, s, 5), testUUID); d.OOMs != Some(5) {
+		t.Errorf("ooms after a reconnect = %+v, want 5", d.OOMs)
+	}
+}
+
+func TestDevicesPerProcessAreCapped(t *testing.T) {
+	s := NewStore(time.Minute)
+	id := identity{pid: 9, startTime: 9}
+	e := mustStats(t, s, nil, id, t0, DeviceReport{UUID: testUUID, Reserved: 1})
+	if _, err := s.stats(e, id, []DeviceReport{{UUID: testUUID, Reserved: 2}, {UUID: testUUID2, Reserved: 2}}, t0, 1); err == nil {
+		t.Error("a second device was accepted with a cap of 1")
+	}
+	if d := mustDevice(t, mustProcess(t, s, 9), testUUID); d.Reserved != 1 {
+		t.Errorf("a rejected message changed the store: reserved %d, want 1", d.Reserved)
+	}
+	if _, err := s.stats(e, id, []DeviceReport{{UUID: testUUID, Reserved: 3}}, t0, 1); err != nil {
+		t.Errorf("updating the one device under a cap of 1: %v", err)
+	}
+	if _, _, err := s.oom(e, id, OOMMessage{UUID: testUUID2, RequestedBytes: 1}, t0, 1); err == nil {
+		t.Error("an oom for a second device was accepted with a cap of 1")
+	}
+}
+
+func TestProcessesIsADeepCopySortedByPIDAndUUID(t *testing.T) {
+	s := NewStore(time.Minute)
+	for _, pid := range []uint32{30, 10, 20} {
+		mustStats(t, s, nil, identity{pid: pid, startTime: 1}, t0,
+			DeviceReport{UUID: testUUID2, Reserved: uint64(pid)}, DeviceReport{UUID: testUUID, Reserved: uint64(pid)})
+	}
+	ps := s.Processes()
+	if len(ps) != 3 || ps[0].PID != 10 || ps[1].PID != 20 || ps[2].PID != 30 {
+		t.Fatalf("Processes not sorted by pid: %+v", ps)
+	}
+	for _, p := range ps {
+		if len(p.Devices) != 2 || p.Devices[0].UUID != testUUID || p.Devices[1].UUID != testUUID2 {
+			t.Errorf("pid %d devices not sorted by UUID: %+v", p.PID, p.Devices)
+		}
+	}
+	ps[0].Devices[0].Reserved = 999
+	_ = append(ps[0].Devices, DeviceStats{UUID: "x"})
+	if d := mustDevice(t, mustProcess(t, s, 10), testUUID); d.Reserved != 10 {
+		t.Errorf("changing the copy changed the store: reserved %d", d.Reserved)
+	}
+	if d := s.Processes()[1].Devices[0]; d.Reserved != 20 {
+		t.Errorf("appending to one process's devices overwrote the next: %+v", d)
+	}
+}
+
+func TestSyntheticProcesses(t *testing.T) {
+	s := NewStore(time.Minute)
+	s.ApplySynthetic(50, "pytorch", []DeviceReport{{UUID: testUUIDHex, Reserved: 10, OOMs: Some(2)}}, t0)
+	ev, ok := s.RecordOOMSynthetic(50, testUUIDBare, 916, t0.Add(time.Second))
+	if !ok || ev.PID != 50 || ev.UUID != testUUID || !ev.Synthetic || ev.Requested != 916 {
+		t.Errorf("RecordOOMSynthetic = %+v, %v; want a synthetic event for pid 50 on %s", ev, ok, testUUID)
+	}
+	p := mustProcess(t, s, 50)
+	d := mustDevice(t, p, testUUID)
+	if !p.Synthetic || p.Framework != "pytorch" || p.StartTime != 0 || d.Reserved != 10 || d.OOMs != Some(2) || d.LastOOMRequest != Some(916) {
+		t.Errorf("synthetic process %+v device %+v", p, d)
+	}
+
+	// A real process with the same pid replaces the synthetic one, and
+	// the simulated backend cannot overwrite it.
+	mustStats(t, s, nil, identity{pid: 50, startTime: 3}, t0, DeviceReport{UUID: testUUID2, Reserved: 1})
+	s.ApplySynthetic(50, "jax", []DeviceReport{{UUID: testUUID, Reserved: 10}}, t0)
+	if _, ok := s.RecordOOMSynthetic(50, testUUID, 1, t0); ok {
+		t.Error("RecordOOMSynthetic recorded on a real process")
+	}
+	p = mustProcess(t, s, 50)
+	if p.Synthetic || p.Framework != "" || len(p.Devices) != 1 || p.Devices[0].UUID != testUUID2 {
+		t.Errorf("real process after synthetic updates: %+v", p)
+	}
+}
+
+func equalPIDs(a, b []uint32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

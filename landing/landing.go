@@ -1,0 +1,168 @@
+// Package landing serves the exporter's landing page: what runs, links, and
+// a live picture of each GPU's memory split into context, active, inactive,
+// unattributed and free, with the last out-of-memory reports.
+package landing
+
+import (
+	"bytes"
+	"embed"
+	"fmt"
+	"html/template"
+	"net/http"
+
+	"github.com/gpumem/gpumem_exporter/allocstats"
+	"github.com/gpumem/gpumem_exporter/nvml"
+)
+
+//go:embed page.html
+var files embed.FS
+
+var page = template.Must(template.New("page.html").Funcs(template.FuncMap{
+	"bytes": FormatBytes,
+	"pct":   func(v, total uint64) string { return fmt.Sprintf("%.3f", percent(v, total)) },
+}).ParseFS(files, "page.html"))
+
+// Config is what the page shows.
+type Config struct {
+	Name, Version, MetricsPath, Backend, Socket string
+	Snapshot                                    func() *nvml.Snapshot
+	NVMLUp                                      func() bool
+	Allocator                                   interface{ Processes() []allocstats.Process }
+	Reports                                     interface{ List() []allocstats.OOMReport }
+}
+
+// Handler serves the landing page at "/" and 404 elsewhere.
+type Handler struct{ cfg Config }
+
+// New returns the landing page handler.
+func New(cfg Config) *Handler { return &Handler{cfg: cfg} }
+
+// GPUView is one device's memory split as the page shows it.
+type GPUView struct {
+	GPU, UUID, Name                    string
+	Total                              uint64
+	Context, Active, Inactive, NoStats uint64
+	Unattributed, DriverReserved, Free uint64
+	Processes                          []ProcessView
+}
+
+// ProcessView is one process row under a GPU.
+type ProcessView struct {
+	PID                                 uint32
+	Used                                uint64
+	Reports                             bool
+	Context, Active, Inactive, Reserved uint64
+	Framework                           string
+}
+
+type data struct {
+	Config
+	Up      bool
+	GPUs    []GPUView
+	Reports []allocstats.OOMReport
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != "/" {
+		http.NotFound(w, r)
+		return
+	}
+	d := data{Config: h.cfg}
+	if h.cfg.NVMLUp != nil {
+		d.Up = h.cfg.NVMLUp()
+	}
+	var procs []allocstats.Process
+	if h.cfg.Allocator != nil {
+		procs = h.cfg.Allocator.Processes()
+	}
+	if h.cfg.Snapshot != nil {
+		d.GPUs = Split(h.cfg.Snapshot(), procs)
+	}
+	if h.cfg.Reports != nil {
+		d.Reports = h.cfg.Reports.List()
+	}
+	var buf bytes.Buffer
+	if err := page.Execute(&buf, d); err != nil {
+		http.Error(w, "rendering the landing page: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_, _ = w.Write(buf.Bytes())
+}
+
+// Split divides each device's memory into the spec's parts. A process that
+// reports allocator stats splits into context, active and inactive; one
+// that does not counts whole under NoStats.
+func Split(snap *nvml.Snapshot, procs []allocstats.Process) []GPUView {
+	if snap == nil {
+		return nil
+	}
+	type key struct {
+		pid  uint32
+		uuid string
+	}
+	alloc := make(map[key]allocstats.DeviceStats)
+	framework := make(map[uint32]string)
+	for _, p := range procs {
+		framework[p.PID] = p.Framework
+		for _, d := range p.Devices {
+			if !d.HasStats {
+				continue
+			}
+			alloc[key{p.PID, d.UUID}] = d
+		}
+	}
+	var out []GPUView
+	for i := range snap.Devices {
+		d := &snap.Devices[i]
+		if !d.ExportsMemory() || !d.HasMemory {
+			continue
+		}
+		g := GPUView{GPU: d.GPULabel(), UUID: d.UUID, Name: d.Name, Total: d.Memory.Total,
+			Free: d.Memory.Free, DriverReserved: d.Memory.Reserved, Unattributed: d.Unattributed()}
+		for _, p := range d.Processes {
+			pv := ProcessView{PID: p.PID, Used: p.UsedBytes}
+			if a, ok := alloc[key{p.PID, d.UUID}]; ok && p.UsedBytes >= a.Reserved {
+				pv.Reports = true
+				pv.Framework = framework[p.PID]
+				pv.Reserved = a.Reserved
+				pv.Context = p.UsedBytes - a.Reserved
+				pv.Active = a.Active.V
+				pv.Inactive = a.Inactive()
+				if !a.Active.OK {
+					pv.Active = a.Reserved // no split known: count it active
+				}
+				g.Context += pv.Context
+				g.Active += pv.Active
+				g.Inactive += pv.Inactive
+			} else {
+				g.NoStats += p.UsedBytes
+			}
+			g.Processes = append(g.Processes, pv)
+		}
+		out = append(out, g)
+	}
+	return out
+}
+
+func percent(v, total uint64) float64 {
+	if total == 0 {
+		return 0
+	}
+	return 100 * float64(v) / float64(total)
+}
+
+// FormatBytes prints a byte count in binary units, as nvidia-smi and
+// PyTorch's messages do.
+func FormatBytes(b uint64) string {
+	const unit = 1024
+	if b < unit {
+		return fmt.Sprintf("%d B", b)
+	}
+	div, exp := uint64(unit), 0
+	for n := b / unit; n >= unit && exp < 4; n /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.2f %ciB", float64(b)/float64(div), "KMGTP"[exp])
+}
