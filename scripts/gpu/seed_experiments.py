@@ -80,7 +80,6 @@ def settle(torch, uuid, want_present=True):
     plus one poll), then return (exporter series, torch stats, NVML used)."""
     deadline = time.time() + 6
     while True:
-        gpumem._wake() if hasattr(gpumem, "_wake") else None
         ts = torch_stats(torch) if torch.cuda.is_initialized() else None
         used, unit = nvml_used(uuid)
         m = mine(scrape(), uuid)
@@ -95,8 +94,14 @@ def settle(torch, uuid, want_present=True):
         time.sleep(0.1)
 
 
+def ceil_mib(v):
+    """nvidia-smi rounds bytes up to the next MiB (615.06 MiB prints 616)."""
+    return None if v is None else -(-int(v) // MIB)
+
+
 def compare_with_nvidia_smi(uuid):
-    """Every GPU and process value against nvidia-smi, in MiB."""
+    """Every GPU and process value against nvidia-smi, in MiB (rounded up as
+    nvidia-smi does), with the exporter's bytes."""
     samples = scrape()
     gpu = {n: v for n, l, v in samples if l.get("uuid") == uuid and "pid" not in l}
     q = subprocess.run(["nvidia-smi", "--query-gpu=uuid,memory.total,memory.used,memory.free,memory.reserved",
@@ -108,20 +113,25 @@ def compare_with_nvidia_smi(uuid):
             continue
         for field, smi in (("total", total), ("used", used), ("free", free), ("reserved", reserved)):
             v = gpu.get("gpumem_gpu_memory_%s_bytes" % field)
-            rows.append(("gpu memory." + field, int(smi), None if v is None else int(v) // MIB))
+            rows.append(("gpu memory." + field, int(smi), ceil_mib(v), v))
     apps = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,gpu_uuid,used_memory", "--format=csv,noheader,nounits"],
                           capture_output=True, text=True).stdout
     for line in apps.strip().splitlines():
         pid, u, used = [c.strip() for c in line.split(",")]
         v = [v for n, l, v in samples if n == "gpumem_process_memory_used_bytes" and l.get("pid") == pid and l.get("uuid") == u]
-        rows.append(("process %s used_memory" % pid, int(used), int(v[0]) // MIB if v else None))
+        rows.append(("process %s used_memory" % pid, int(used), ceil_mib(v[0]) if v else None, v[0] if v else None))
     return rows
 
 
 def main():
     import torch
     gpumem.start()
-    uuid = "GPU-" + str(torch.cuda.get_device_properties(0).uuid)
+    # The UUID from NVML: asking torch would initialise CUDA before the
+    # first step. The process sees one GPU (CUDA_VISIBLE_DEVICES or a
+    # one-GPU machine).
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
+    uuid = subprocess.run(["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader", "-i", visible],
+                          capture_output=True, text=True).stdout.strip()
     G = {}
     big = (200, 300, 200, 20)      # 916 MiB of float32
     bigger = (200, 300, 200, 25)   # 1144 MiB
@@ -157,7 +167,8 @@ def main():
     table, all_ok, smi_rows = [], True, None
     for name, action in steps:
         action()
-        torch.cuda.synchronize() if torch.cuda.is_initialized() else None
+        if torch.cuda.is_initialized():
+            torch.cuda.synchronize()
         m, ts, used, unit, ok = settle(torch, uuid, want_present=torch.cuda.is_initialized())
         exp = lambda k: m.get(k)
         row = {
@@ -198,10 +209,10 @@ def main():
     print("OOM message:", G.get("oom_message"))
     print("last_oom_request_bytes:", table[-1]["exporter"]["last_oom_request"])
     print()
-    print("| nvidia-smi field | nvidia-smi MiB | exporter MiB | equal |")
-    print("|---|---|---|---|")
-    for f, s, e in smi_rows or []:
-        print("| %s | %s | %s | %s |" % (f, s, e, "yes" if s == e else "NO"))
+    print("| nvidia-smi field | nvidia-smi MiB | exporter bytes | exporter MiB (rounded up) | equal |")
+    print("|---|---|---|---|---|")
+    for f, s, e, b in smi_rows or []:
+        print("| %s | %s | %s | %s | %s |" % (f, s, "-" if b is None else int(b), e, "yes" if s == e else "NO"))
     with open(os.path.join(OUT, "seed.json"), "w") as f:
         json.dump({"steps": table, "nvidia_smi": smi_rows, "oom_message": G.get("oom_message")}, f, indent=1)
     print("ALL STEPS MATCH" if all_ok else "SOME STEPS DID NOT MATCH")
