@@ -228,11 +228,77 @@ func TestMetricsDocMatchesExporter(t *testing.T) {
 	for _, n := range documentedMetrics(t) {
 		documented[n] = true
 	}
+	served := servedLabels(t, body)
 	for name := range parseMetrics(t, body) {
 		if strings.HasPrefix(name, "gpumem_") && !documented[name] {
 			t.Errorf("metric %s is served but not in docs/metrics.md", name)
 		}
 	}
+	for name, want := range documentedLabels(t) {
+		got, ok := served[name]
+		if !ok {
+			continue // not in this scrape; TestSimulatedExporterServesEveryMetric checks presence
+		}
+		if got != want {
+			t.Errorf("%s: served labels {%s}, docs/metrics.md says {%s}", name, got, want)
+		}
+	}
+}
+
+// servedLabels maps each metric family to its sorted label names.
+func servedLabels(t *testing.T, body string) map[string]string {
+	t.Helper()
+	parser := expfmt.NewTextParser(model.LegacyValidation)
+	fams, err := parser.TextToMetricFamilies(strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for name, f := range fams {
+		set := map[string]bool{}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				set[l.GetName()] = true
+			}
+		}
+		var names []string
+		for n := range set {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		out[name] = strings.Join(names, ",")
+	}
+	return out
+}
+
+// documentedLabels reads the labels column of docs/metrics.md's tables; the
+// allocator table has none, its rows carry the per-process labels.
+func documentedLabels(t *testing.T) map[string]string {
+	t.Helper()
+	doc, err := os.ReadFile("docs/metrics.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	fourCols := regexp.MustCompile("(?m)^\\| `(gpumem_[a-z0-9_]+)` \\| [^|]+ \\| ([^|]*) \\| [^|]+ \\|$")
+	for _, m := range fourCols.FindAllStringSubmatch(string(doc), -1) {
+		var names []string
+		for _, l := range strings.Split(strings.NewReplacer("`", "", " ", "").Replace(m[2]), ",") {
+			if l != "" {
+				names = append(names, l)
+			}
+		}
+		sort.Strings(names)
+		out[m[1]] = strings.Join(names, ",")
+	}
+	threeCols := regexp.MustCompile("(?m)^\\| `(gpumem_allocator_[a-z0-9_]+)` \\| [^|]+ \\| [^|]+ \\|$")
+	for _, m := range threeCols.FindAllStringSubmatch(string(doc), -1) {
+		out[m[1]] = "comm,container,gpu,namespace,pid,pod,uuid"
+	}
+	if len(out) < 30 {
+		t.Fatalf("read labels of only %d metrics from docs/metrics.md", len(out))
+	}
+	return out
 }
 
 // documentedMetrics lists the metric names in the tables of docs/metrics.md.
