@@ -40,7 +40,11 @@ var (
 func registerCollector(name string, enabledByDefault bool, f factory) {
 	help := fmt.Sprintf("Enable the %s collector (default: %s).", name, map[bool]string{true: "enabled", false: "disabled"}[enabledByDefault])
 	def := map[bool]string{true: "true", false: "false"}[enabledByDefault]
-	flag := kingpin.Flag("collector."+name, help).Default(def).Bool()
+	// Pre-set: kingpin applies a default only when it parses, and tests
+	// and library users build exporters without parsing flags.
+	flag := new(bool)
+	*flag = enabledByDefault
+	kingpin.Flag("collector."+name, help).Default(def).BoolVar(flag)
 	factoriesMu.Lock()
 	defer factoriesMu.Unlock()
 	factories[name] = f

@@ -55,7 +55,13 @@ func joinProcesses(snap *nvml.Snapshot, procs []allocstats.Process, src Sources)
 			if !p.Devices[j].HasStats {
 				continue // only an oom message so far: no allocator state to export
 			}
-			allocs[key{p.PID, p.Devices[j].UUID}] = allocRef{&p.Devices[j], p.Framework, p.StartTime}
+			// Key by NVML's spelling: a MIG instance may be reported as
+			// GPU-<same hex>.
+			uuid := p.Devices[j].UUID
+			if d, ok := snap.Device(uuid); ok {
+				uuid = d.UUID
+			}
+			allocs[key{p.PID, uuid}] = allocRef{&p.Devices[j], p.Framework, p.StartTime}
 		}
 	}
 	infos := make(map[uint32]workload.Info)
@@ -101,8 +107,8 @@ func joinProcesses(snap *nvml.Snapshot, procs []allocstats.Process, src Sources)
 			continue
 		}
 		d, ok := snap.Device(k.uuid)
-		if !ok {
-			continue // the device is gone; its series go with it
+		if !ok || !d.ExportsMemory() {
+			continue // the device is gone, or a MIG parent whose instances carry the memory
 		}
 		r := processRow{gpu: d.GPULabel(), uuid: d.UUID, pid: k.pid, alloc: a.stats, framework: a.framework, info: info(k.pid)}
 		r.comm = r.info.Comm

@@ -109,7 +109,11 @@ func Split(snap *nvml.Snapshot, procs []allocstats.Process) []GPUView {
 			if !d.HasStats {
 				continue
 			}
-			alloc[key{p.PID, d.UUID}] = d
+			uuid := d.UUID
+			if dev, ok := snap.Device(uuid); ok {
+				uuid = dev.UUID // NVML's spelling (MIG-…)
+			}
+			alloc[key{p.PID, uuid}] = d
 		}
 	}
 	var out []GPUView

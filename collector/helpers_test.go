@@ -1,0 +1,302 @@
+package collector
+
+import (
+	"bufio"
+	"bytes"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh200"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/gpus"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+	"github.com/go-kit/log"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+
+	"github.com/gpumem/gpumem_exporter/allocstats"
+	"github.com/gpumem/gpumem_exporter/nvml"
+	"github.com/gpumem/gpumem_exporter/workload"
+)
+
+// update rewrites the golden files from the gathered output. Read the diff
+// before committing it: a golden file is a specification.
+var update = flag.Bool("update", false, "rewrite collector/testdata/*.prom from the gathered output")
+
+const (
+	MiB = 1 << 20
+	GiB = 1 << 30
+)
+
+// t0 is the fixed report time of the allocator feed, so that the timestamp
+// series are stable.
+var t0 = time.Unix(1_750_000_000, 0)
+
+// durationMetrics vary from run to run and are left out of golden files.
+var durationMetrics = map[string]bool{
+	"gpumem_scrape_collector_duration_seconds": true,
+	"gpumem_nvml_poll_duration_seconds":        true,
+}
+
+// gpuUUID pins the UUID of mock GPU i (dgxh200 picks random ones).
+func gpuUUID(i int) string { return fmt.Sprintf("GPU-00000000-0000-4000-8000-%012d", i) }
+
+// migUUID pins the UUID of MIG instance j of GPU i.
+func migUUID(i, j int) string { return fmt.Sprintf("MIG-00000000-0000-4000-9000-%06d%06d", i, j) }
+
+// mockGPU is what one mock GPU reports; tests change it between polls.
+type mockGPU struct {
+	mem   gonvml.Memory_v2
+	procs []gonvml.ProcessInfo
+}
+
+// mockNode is a dgxh200 server of n GPUs wired to mockGPU values. Every
+// GPU has 100 GiB: 1 GiB reserved by the driver, used as set by the test.
+type mockNode struct {
+	*server.Server
+	gpus []*mockGPU
+}
+
+func newMockNode(n int) *mockNode {
+	node := &mockNode{Server: dgxh200.NewWithGPUs(gpus.Multiple(n, gpus.H200_SXM5_141GB)...)}
+	node.SystemGetProcessNameFunc = func(pid int) (string, gonvml.Return) {
+		return fmt.Sprintf("proc%d", pid), gonvml.SUCCESS
+	}
+	for i := range node.Devices {
+		g := &mockGPU{mem: memV2(100*GiB, 1*GiB, 0)}
+		node.gpus = append(node.gpus, g)
+		d := node.device(i)
+		d.UUID = gpuUUID(i)
+		d.GetPciInfoFunc = func() (gonvml.PciInfo, gonvml.Return) {
+			var p gonvml.PciInfo
+			id := fmt.Sprintf("00000000:%02X:00.0", 0x18+i*0x10)
+			for k := range id {
+				p.BusId[k] = int8(id[k])
+			}
+			return p, gonvml.SUCCESS
+		}
+		d.GetMemoryInfo_v2Func = func() (gonvml.Memory_v2, gonvml.Return) { return g.mem, gonvml.SUCCESS }
+		d.GetMemoryInfoFunc = func() (gonvml.Memory, gonvml.Return) {
+			// v1: used includes the driver's reservation.
+			return gonvml.Memory{Total: g.mem.Total, Used: g.mem.Used + g.mem.Reserved, Free: g.mem.Free}, gonvml.SUCCESS
+		}
+		d.GetComputeRunningProcessesFunc = func() ([]gonvml.ProcessInfo, gonvml.Return) { return g.procs, gonvml.SUCCESS }
+		d.GetGraphicsRunningProcessesFunc = func() ([]gonvml.ProcessInfo, gonvml.Return) { return nil, gonvml.SUCCESS }
+	}
+	return node
+}
+
+func (n *mockNode) device(i int) *server.Device { return n.Devices[i].(*server.Device) }
+
+// memV2 is NVML v2 memory info: free = total - reserved - used.
+func memV2(total, reserved, used uint64) gonvml.Memory_v2 {
+	return gonvml.Memory_v2{Version: 2, Total: total, Reserved: reserved, Used: used, Free: total - reserved - used}
+}
+
+// setUsed sets GPU i's processes and its used memory: their sum plus extra
+// (memory no listed process accounts for).
+func (n *mockNode) setUsed(i int, extra uint64, procs ...gonvml.ProcessInfo) {
+	g := n.gpus[i]
+	used := extra
+	for _, p := range procs {
+		used += p.UsedGpuMemory
+	}
+	g.procs = procs
+	g.mem = memV2(g.mem.Total, g.mem.Reserved, used)
+}
+
+func proc(pid uint32, used uint64) gonvml.ProcessInfo {
+	return gonvml.ProcessInfo{Pid: pid, UsedGpuMemory: used, GpuInstanceId: 0xFFFFFFFF, ComputeInstanceId: 0xFFFFFFFF}
+}
+
+// fakeResolver is a workload.Resolver over a fixed map.
+type fakeResolver map[uint32]workload.Info
+
+func (r fakeResolver) Refresh([]uint32) {}
+
+func (r fakeResolver) Lookup(pid uint32) (workload.Info, bool) {
+	in, ok := r[pid]
+	if ok {
+		in.PID = pid
+	}
+	return in, ok
+}
+
+// fullReport is an allocator report with every optional field.
+func fullReport(uuid string, reserved, active uint64) allocstats.DeviceReport {
+	return allocstats.DeviceReport{
+		UUID:          uuid,
+		Reserved:      reserved,
+		Active:        allocstats.Some(active),
+		Allocated:     allocstats.Some(active - 256*MiB),
+		InactiveSplit: allocstats.Some(512 * MiB),
+		PeakReserved:  allocstats.Some(reserved + 1*GiB),
+		PeakActive:    allocstats.Some(active + 2*GiB),
+		Limit:         allocstats.Some(40 * GiB),
+		AllocRetries:  allocstats.Some(3),
+		OOMs:          allocstats.Some(1),
+	}
+}
+
+// newPoller polls lib once and fails the test if the poll fails.
+func newPoller(t testing.TB, lib gonvml.Interface) *nvml.Poller {
+	t.Helper()
+	p := nvml.NewPoller(nvml.Config{Lib: lib})
+	if err := p.Poll(); err != nil {
+		t.Fatalf("polling the mock node: %v", err)
+	}
+	return p
+}
+
+// sources wires a poller, a store and a resolver as main does.
+func sources(p *nvml.Poller, store *allocstats.Store, r workload.Resolver) Sources {
+	src := Sources{NVML: p, NVMLHealth: p, Workload: r}
+	if store != nil {
+		src.Allocator = store
+	}
+	return src
+}
+
+// newRegistry registers an exporter of the named collectors (every
+// registered one when none: Enabled() is empty until kingpin parses the
+// flags, see TestEnabledIsTheDefaultsBeforeFlagsAreParsed). The exporter's Describe sends only the scrape_collector_*
+// descriptors, so a pedantic registry would reject every other series as
+// unregistered (TestPedanticRegistryRejectsTheUncheckedExporter): a plain
+// registry is used.
+func newRegistry(t testing.TB, src Sources, names ...string) *prometheus.Registry {
+	t.Helper()
+	if len(names) == 0 {
+		names = Names()
+	}
+	exp, err := New(src, log.NewNopLogger(), names...)
+	if err != nil {
+		t.Fatalf("New(%v): %v", names, err)
+	}
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(exp); err != nil {
+		t.Fatalf("registering the exporter: %v", err)
+	}
+	return reg
+}
+
+// compareGolden compares everything reg gathers, duration metrics aside,
+// with testdata/<name>.prom: a family in either and not the other fails.
+func compareGolden(t *testing.T, reg prometheus.Gatherer, name string) {
+	t.Helper()
+	path := filepath.Join("testdata", name+".prom")
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	if *update {
+		var buf bytes.Buffer
+		for _, mf := range mfs {
+			if durationMetrics[mf.GetName()] {
+				continue
+			}
+			if _, err := expfmt.MetricFamilyToText(&buf, mf); err != nil {
+				t.Fatalf("encoding %s: %v", mf.GetName(), err)
+			}
+		}
+		if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("reading the golden file: %v", err)
+	}
+	names := map[string]bool{}
+	for _, mf := range mfs {
+		names[mf.GetName()] = true
+	}
+	sc := bufio.NewScanner(bytes.NewReader(want))
+	for sc.Scan() {
+		if f := strings.Fields(sc.Text()); len(f) >= 3 && f[0] == "#" && f[1] == "TYPE" {
+			names[f[2]] = true
+		}
+	}
+	var list []string
+	for n := range names {
+		if !durationMetrics[n] {
+			list = append(list, n)
+		}
+	}
+	sort.Strings(list)
+	if err := testutil.GatherAndCompare(reg, bytes.NewReader(want), list...); err != nil {
+		t.Errorf("gathered metrics differ from %s (after checking the change, -update rewrites it):\n%v", path, err)
+	}
+}
+
+// sample is one gathered series.
+type sample struct {
+	name   string
+	typ    dto.MetricType
+	labels map[string]string
+	value  float64
+}
+
+func gather(t testing.TB, g prometheus.Gatherer) []sample {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	var out []sample
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			s := sample{name: mf.GetName(), typ: mf.GetType(), labels: map[string]string{}}
+			for _, lp := range m.GetLabel() {
+				s.labels[lp.GetName()] = lp.GetValue()
+			}
+			switch mf.GetType() {
+			case dto.MetricType_GAUGE:
+				s.value = m.GetGauge().GetValue()
+			case dto.MetricType_COUNTER:
+				s.value = m.GetCounter().GetValue()
+			case dto.MetricType_UNTYPED:
+				s.value = m.GetUntyped().GetValue()
+			}
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// find returns the series named name whose labels include match (given as
+// name, value pairs).
+func find(samples []sample, name string, match ...string) []sample {
+	var out []sample
+next:
+	for _, s := range samples {
+		if s.name != name {
+			continue
+		}
+		for i := 0; i+1 < len(match); i += 2 {
+			if s.labels[match[i]] != match[i+1] {
+				continue next
+			}
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// one returns the value of the single series that find returns, failing
+// the test when there is not exactly one.
+func one(t testing.TB, samples []sample, name string, match ...string) float64 {
+	t.Helper()
+	got := find(samples, name, match...)
+	if len(got) != 1 {
+		t.Fatalf("%s%v: %d series, want exactly 1", name, match, len(got))
+	}
+	return got[0].value
+}

@@ -1,0 +1,249 @@
+package collector
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/go-kit/log"
+
+	"github.com/gpumem/gpumem_exporter/allocstats"
+	"github.com/gpumem/gpumem_exporter/nvml"
+	"github.com/gpumem/gpumem_exporter/workload"
+)
+
+// joinSnapshot has GPU 0 listing pid 10 (named "nvml-name" by NVML), GPU 1
+// in MIG mode and its instance listing pid 20.
+func joinSnapshot() *nvml.Snapshot {
+	return &nvml.Snapshot{Devices: []nvml.Device{
+		{Index: 0, UUID: gpuUUID(0), MIGMode: nvml.MIGDisabled, HasMemory: true, HasProcesses: true,
+			Processes: []nvml.Process{{PID: 10, HasUsed: true, UsedBytes: 5 * GiB, Name: "nvml-name"}}},
+		{Index: 1, UUID: gpuUUID(1), MIGMode: nvml.MIGEnabled},
+		{Index: 1, UUID: migUUID(1, 0), ParentUUID: gpuUUID(1), HasMemory: true, HasProcesses: true,
+			Processes: []nvml.Process{{PID: 20, HasUsed: true, UsedBytes: 3 * GiB}}},
+	}}
+}
+
+func allocProc(pid uint32, start uint64, uuid string) allocstats.Process {
+	return allocstats.Process{PID: pid, StartTime: start, Framework: "pytorch",
+		Devices: []allocstats.DeviceStats{{UUID: uuid, HasStats: true, Reserved: 1 * GiB}}}
+}
+
+// rowKey names a row for the tests: "pid@uuid", "+alloc" when joined.
+func rowKeys(rows []processRow) []string {
+	var out []string
+	for _, r := range rows {
+		k := fmt.Sprintf("%d@%s", r.pid, r.uuid)
+		if r.alloc != nil {
+			k += "+alloc"
+		}
+		out = append(out, k)
+	}
+	return out
+}
+
+func TestJoinProcesses(t *testing.T) {
+	g0, mig := gpuUUID(0), migUUID(1, 0)
+	cases := []struct {
+		name     string
+		procs    []allocstats.Process
+		resolver fakeResolver
+		want     []string
+	}{
+		{"no allocator reports", nil, nil, []string{"10@" + g0, "20@" + mig}},
+		{"same start time joins", []allocstats.Process{allocProc(10, 500, g0)}, fakeResolver{10: {StartTime: 500}},
+			[]string{"10@" + g0 + "+alloc", "20@" + mig}},
+		{"a report from an earlier holder of the pid is not joined nor kept", []allocstats.Process{allocProc(10, 500, g0)}, fakeResolver{10: {StartTime: 900}},
+			[]string{"10@" + g0, "20@" + mig}},
+		{"an unknown live start time joins", []allocstats.Process{allocProc(10, 500, g0)}, fakeResolver{10: {Comm: "x"}},
+			[]string{"10@" + g0 + "+alloc", "20@" + mig}},
+		{"an unknown report start time joins", []allocstats.Process{allocProc(10, 0, g0)}, fakeResolver{10: {StartTime: 900}},
+			[]string{"10@" + g0 + "+alloc", "20@" + mig}},
+		{"an allocator-only process is kept", []allocstats.Process{allocProc(30, 500, g0)}, fakeResolver{30: {StartTime: 500}},
+			[]string{"10@" + g0, "30@" + g0 + "+alloc", "20@" + mig}},
+		{"an allocator-only report of an earlier holder of the pid is dropped", []allocstats.Process{allocProc(30, 500, g0)}, fakeResolver{30: {StartTime: 900}},
+			[]string{"10@" + g0, "20@" + mig}},
+		{"a report on a MIG instance joins there", []allocstats.Process{allocProc(20, 0, mig)}, nil,
+			[]string{"10@" + g0, "20@" + mig + "+alloc"}},
+		{"a device NVML no longer lists takes its report with it", []allocstats.Process{allocProc(30, 0, gpuUUID(7))}, nil,
+			[]string{"10@" + g0, "20@" + mig}},
+		{"an oom message alone is no allocator state", []allocstats.Process{{PID: 10, Devices: []allocstats.DeviceStats{{UUID: g0, LastOOMRequest: allocstats.Some(1)}}}}, nil,
+			[]string{"10@" + g0, "20@" + mig}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			rows := joinProcesses(joinSnapshot(), tc.procs, Sources{Workload: tc.resolver})
+			if got := rowKeys(rows); fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Errorf("rows = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestJoinCommFallsBackToNVMLName(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		resolver fakeResolver
+		want     string
+	}{
+		{"resolver knows the comm", fakeResolver{10: {Comm: "python3"}}, "python3"},
+		{"resolver knows the pid but not its comm", fakeResolver{10: {Namespace: "ml"}}, "nvml-name"},
+		{"resolver does not know the pid", nil, "nvml-name"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rows := joinProcesses(joinSnapshot(), nil, Sources{Workload: tc.resolver})
+			if rows[0].pid != 10 || rows[0].comm != tc.want {
+				t.Errorf("comm of pid 10 = %q, want %q", rows[0].comm, tc.want)
+			}
+		})
+	}
+}
+
+func TestJoinWithoutSnapshotExportsNoAllocatorRows(t *testing.T) {
+	rows := joinProcesses(nil, []allocstats.Process{allocProc(30, 0, gpuUUID(0))}, Sources{})
+	if len(rows) != 0 {
+		t.Errorf("rows without an NVML snapshot = %v, want none: no device to label them with", rowKeys(rows))
+	}
+}
+
+// A MIG-mode parent exports only gpu_info (its memory is its instances'),
+// so a report naming the parent must not bring process series onto it.
+func TestJoinKeepsAllocatorRowsOffTheMIGParent(t *testing.T) {
+	rows := joinProcesses(joinSnapshot(), []allocstats.Process{allocProc(40, 0, gpuUUID(1))}, Sources{})
+	for _, r := range rows {
+		if r.uuid == gpuUUID(1) {
+			t.Errorf("row %d@%s on the MIG-mode parent: its series would sit beside its instances' and sum() would count them twice", r.pid, r.uuid)
+		}
+	}
+}
+
+// CUDA names a MIG instance by the same 16 bytes that NVML spells MIG-…,
+// and clients can only prefix them with GPU- (nvml.Snapshot.Device). The
+// join matches allocator-only reports by that body; the NVML join must
+// too, or the process gets two rows on the instance: NVML's without its
+// allocator stats (so no context_bytes) and an "allocator-only" one, hence
+// two gpumem_process_info series for one (pid, uuid).
+func TestJoinMatchesAMIGReportSpelledGPU(t *testing.T) {
+	mig := migUUID(1, 0)
+	spelledGPU := "GPU-" + mig[len("MIG-"):]
+	rows := joinProcesses(joinSnapshot(), []allocstats.Process{allocProc(20, 0, spelledGPU)}, Sources{})
+	want := []string{"10@" + gpuUUID(0), "20@" + mig + "+alloc"}
+	if got := rowKeys(rows); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("rows = %v, want %v", got, want)
+	}
+}
+
+// TestPidReuseGuardOverTheSocket drives the guard end to end: this test
+// process reports over a real allocstats socket, the server records the
+// start time X its StartTime hook gives, NVML lists this pid, and the
+// resolver says the live pid started at Y.
+func TestPidReuseGuardOverTheSocket(t *testing.T) {
+	const reportedStart = 111
+	pid := uint32(os.Getpid())
+	store := reportOverSocket(t, pid, reportedStart)
+
+	node := twoGPUNode()
+	node.setUsed(0, 0, proc(pid, 4*GiB))
+	p := newPoller(t, node)
+	for _, tc := range []struct {
+		name      string
+		liveStart uint64
+		joined    bool
+	}{
+		{"same process", reportedStart, true},
+		{"pid reused since the report", 222, false},
+		{"live start time unknown", 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reg := newRegistry(t, sources(p, store, fakeResolver{pid: {StartTime: tc.liveStart, Comm: "go-test"}}))
+			s := gather(t, reg)
+			me := []string{"pid", strconv.Itoa(int(pid))}
+			one(t, s, "gpumem_process_memory_used_bytes", me...)
+			alloc := len(find(s, "gpumem_allocator_reserved_bytes", me...))
+			ctx := len(find(s, "gpumem_process_context_bytes", me...))
+			if tc.joined && (alloc != 1 || ctx != 1) {
+				t.Errorf("live start %d, reported %d: %d allocator and %d context series, want the report joined (1 and 1)", tc.liveStart, reportedStart, alloc, ctx)
+			}
+			if !tc.joined && (alloc != 0 || ctx != 0) {
+				t.Errorf("live start %d, reported %d: %d allocator and %d context series, want none (the report is an earlier process's)", tc.liveStart, reportedStart, alloc, ctx)
+			}
+		})
+	}
+
+	// Without NVML listing the pid, a stale report is not exported as
+	// allocator-only either.
+	node.setUsed(0, 0)
+	if err := p.Poll(); err != nil {
+		t.Fatal(err)
+	}
+	reg := newRegistry(t, sources(p, store, fakeResolver{pid: {StartTime: 222}}))
+	if n := len(find(gather(t, reg), "gpumem_process_info", "pid", strconv.Itoa(int(pid)))); n != 0 {
+		t.Errorf("a stale report of pid %d not listed by NVML exports %d process_info series, want 0", pid, n)
+	}
+}
+
+// reportOverSocket serves a store on a temporary socket whose StartTime
+// hook says start, and pushes a hello and one stats message from this
+// process for GPU 0.
+func reportOverSocket(t *testing.T, pid uint32, start uint64) *allocstats.Store {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "gpumem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	store := allocstats.NewStore(time.Hour)
+	srv, err := allocstats.NewServer(allocstats.Config{
+		SocketPath:     filepath.Join(dir, "s.sock"),
+		SocketExplicit: true,
+		StartTime:      func(uint32) (uint64, error) { return start, nil },
+	}, store, log.NewNopLogger(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Listen(); err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+
+	c, err := net.Dial("unix", srv.SocketPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	fmt.Fprintf(c, `{"v":1,"type":"hello","framework":"pytorch"}`+"\n")
+	if _, err := bufio.NewReader(c).ReadString('\n'); err != nil {
+		t.Fatalf("reading welcome: %v", err)
+	}
+	fmt.Fprintf(c, `{"v":1,"type":"stats","devices":[{"uuid":%q,"reserved_bytes":%d,"active_bytes":%d}]}`+"\n", gpuUUID(0), 3*GiB, 2*GiB)
+
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if p, ok := store.Process(pid); ok && len(p.Devices) == 1 && p.Devices[0].HasStats {
+			if p.StartTime != start {
+				t.Fatalf("store entry start time = %d, want %d from the server's hook", p.StartTime, start)
+			}
+			return store
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the stats message never reached the store")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+var _ workload.Resolver = fakeResolver(nil)
