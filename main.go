@@ -198,10 +198,14 @@ func wire(ctx context.Context, o *options, logger log.Logger) (*daemon, error) {
 	}}
 	poller = nvml.NewPoller(cfg)
 
-	reports := allocstats.NewOOMReports(o.oomReports, poller.Snapshot, store, func(pid uint32) allocstats.ProcessLabels {
+	describe := func(pid uint32) allocstats.ProcessLabels {
 		in, _ := resolver.Lookup(pid)
+		if in.Comm == "" {
+			in.Comm = nvmlName(poller.Snapshot(), pid)
+		}
 		return allocstats.ProcessLabels{Comm: in.Comm, Namespace: in.Namespace, Pod: in.Pod, Container: in.Container}
-	}, log.With(logger, "component", "oom"))
+	}
+	reports := allocstats.NewOOMReports(o.oomReports, poller.Snapshot, store, describe, log.With(logger, "component", "oom"))
 	oomSink = reports.Record
 
 	srv, err := allocstats.NewServer(allocstats.Config{
@@ -280,9 +284,25 @@ func wire(ctx context.Context, o *options, logger log.Logger) (*daemon, error) {
 		Allocator:   store,
 		NVMLUp:      poller.Up,
 		Reports:     reports,
+		Describe:    describe,
 	})
 	mux.Handle("/", page)
 	return &daemon{mux: mux, wait: func() { <-done; <-done }}, nil
+}
+
+// nvmlName is NVML's name for pid, the fallback when /proc has none.
+func nvmlName(snap *nvml.Snapshot, pid uint32) string {
+	if snap == nil {
+		return ""
+	}
+	for i := range snap.Devices {
+		for _, p := range snap.Devices[i].Processes {
+			if p.PID == pid {
+				return p.Name
+			}
+		}
+	}
+	return ""
 }
 
 func union(a, b []uint32) []uint32 {

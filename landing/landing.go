@@ -29,6 +29,8 @@ type Config struct {
 	NVMLUp                                      func() bool
 	Allocator                                   interface{ Processes() []allocstats.Process }
 	Reports                                     interface{ List() []allocstats.OOMReport }
+	// Describe names a process (comm, Kubernetes pod); optional.
+	Describe func(pid uint32) allocstats.ProcessLabels
 }
 
 // Handler serves the landing page at "/" and 404 elsewhere.
@@ -53,6 +55,7 @@ type ProcessView struct {
 	Reports                             bool
 	Context, Active, Inactive, Reserved uint64
 	Framework                           string
+	Labels                              allocstats.ProcessLabels // comm and pod, when known
 }
 
 type data struct {
@@ -77,6 +80,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if h.cfg.Snapshot != nil {
 		d.GPUs = Split(h.cfg.Snapshot(), procs)
+	}
+	if h.cfg.Describe != nil {
+		for i := range d.GPUs {
+			for j := range d.GPUs[i].Processes {
+				p := &d.GPUs[i].Processes[j]
+				p.Labels = h.cfg.Describe(p.PID)
+			}
+		}
 	}
 	if h.cfg.Reports != nil {
 		d.Reports = h.cfg.Reports.List()
