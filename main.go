@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"os"
 	"os/signal"
@@ -193,7 +194,13 @@ func wire(ctx context.Context, o *options, logger log.Logger) (*daemon, error) {
 		resolver.Refresh(union(s.PIDs(), store.PIDs()))
 		store.Prune(time.Now(), func(pid uint32, start uint64) bool {
 			st, err := workload.StartTime(o.procPath, pid)
-			return err == nil && (start == 0 || st == start)
+			if errors.Is(err, fs.ErrNotExist) {
+				return false // exited
+			}
+			if err != nil {
+				return true // cannot tell; the TTL still applies after a disconnect
+			}
+			return start == 0 || st == start
 		})
 	}}
 	poller = nvml.NewPoller(cfg)
