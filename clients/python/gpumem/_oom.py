@@ -1,11 +1,13 @@
 """PyTorch's out-of-memory observer.
 
 PyTorch calls the observer from inside the caching allocator, on the thread
-whose allocation failed, just before it raises OutOfMemoryError. So it only
-appends to a bounded queue and wakes the sender thread: no I/O, no torch
-call, no lock that the sender could hold for long. torch offers no way to
-detach an observer, so it stays registered for the life of the process
-(after stop() it only fills the bounded queue).
+whose allocation failed, just before it raises OutOfMemoryError, after the
+allocator released its lock. The observer reads memory_stats() of that one
+device (so that the daemon learns the allocator's state at the failure, not
+after the exception freed tensors), appends to a bounded queue and wakes the
+sender thread: no I/O, no lock that the sender could hold for long. torch
+offers no way to detach an observer, so it stays registered for the life of
+the process (after stop() it only fills the bounded queue).
 """
 
 import collections
@@ -18,12 +20,21 @@ events = collections.deque(maxlen=MAX_EVENTS)
 wake = None
 # torch._C of the torch the observer was attached to (attach once per process).
 registered_to = None
+# torch.cuda.memory_stats, set when the observer is attached.
+snapshot = None
 
 
 def observer(device, alloc, device_allocated_limit, device_free):
     """(device index, rounded bytes requested, allowed maximum, free bytes)."""
+    stats = None
     try:
-        events.append((device, alloc, device_allocated_limit, device_free, time.monotonic()))
+        read = snapshot
+        if read is not None:
+            stats = read(device)
+    except Exception:
+        stats = None
+    try:
+        events.append((device, alloc, device_allocated_limit, device_free, time.monotonic(), stats))
         w = wake
         if w is not None:
             w()

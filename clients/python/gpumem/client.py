@@ -269,7 +269,7 @@ class Client(object):
         uuids = set()
         while True:
             try:
-                device, alloc, limit, free, when = _oom.events.popleft()
+                device, alloc, limit, free, when, stats = _oom.events.popleft()
             except IndexError:
                 break
             if now - when > OOM_MAX_AGE:
@@ -278,11 +278,24 @@ class Client(object):
             if uuid is None:
                 self._log_once("oom-uuid", logging.DEBUG, "gpumem: no UUID for OOM on device %r", device)
                 continue
+            # The allocator's state at the failure goes first, so that the
+            # daemon's OOM report shows what was held when it happened.
+            entry = self._oom_entry(device, stats)
+            if entry is not None:
+                lines.extend(protocol.stats_lines([entry]))
             lines.append(protocol.encode(protocol.oom(uuid, alloc, limit, free)))
             uuids.add(uuid)
         if lines and not self._send(lines):
             return None
         return uuids
+
+    def _oom_entry(self, device, stats):
+        if self._torch is None or not stats:
+            return None
+        try:
+            return self._torch.entry_from_stats(int(device), stats)
+        except Exception:
+            return None
 
     def _oom_uuid(self, device):
         if self._torch is None:

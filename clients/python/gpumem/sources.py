@@ -109,15 +109,20 @@ class TorchSource(Source):
                 # Without _cuda_hasPrimaryContext, a device whose allocator
                 # never reserved anything is taken as unused.
                 continue
-            uuid = self.uuid(i)
-            if uuid is None:
-                continue
-            fields = dict((name, stats.get(key)) for name, key in TORCH_FIELDS)
-            fields["limit_bytes"] = self._limit(cuda, i)
-            entry = protocol.device_entry(uuid, fields)
+            entry = self.entry_from_stats(i, stats)
             if entry is not None:
                 out.append(entry)
         return out
+
+    def entry_from_stats(self, i, stats):
+        """The wire entry of torch device i from a memory_stats() dict, or None."""
+        uuid = self.uuid(i)
+        if uuid is None or not stats:
+            return None
+        fields = dict((name, stats.get(key)) for name, key in TORCH_FIELDS)
+        cuda = getattr(self.loaded(), "cuda", None)
+        fields["limit_bytes"] = self._limit(cuda, i) if cuda is not None else None
+        return protocol.device_entry(uuid, fields)
 
     def _props(self, i):
         torch = self.loaded()
@@ -170,6 +175,10 @@ class TorchSource(Source):
                 self._observer_failed = True
                 log.debug("gpumem: this PyTorch has no out-of-memory observer")
                 return
+            # The observer runs after the allocator released its lock, so a
+            # memory_stats() there is safe: it records the allocator as it
+            # stood at the failure, before the exception frees anything.
+            _oom.snapshot = torch.cuda.memory_stats
             attach(_oom.observer)
             _oom.registered_to = C
         except Exception as e:

@@ -157,7 +157,7 @@ class ConnectionTest(GpumemTestCase):
 
 
 class OOMTest(GpumemTestCase):
-    def test_observer_enqueues_and_an_oom_message_follows_with_stats(self):
+    def test_observer_sends_the_state_at_the_failure_then_the_oom(self):
         d = self.daemon()
         t = self.install_torch({0: {"stats": torch_stats(3664 << 20)}, 1: {"stats": torch_stats(1)}})
         self.client(interval=30.0)
@@ -165,15 +165,32 @@ class OOMTest(GpumemTestCase):
         self.assertEqual(len(t.observers), 1)
         calls_before = len(t.calls)
         t.observers[0](0, 960495616, 4294967296, 145713397760)
-        self.assertEqual(len(t.calls), calls_before, "the observer must not call into torch")
+        self.assertEqual(t.calls[calls_before:], [("memory_stats", 0)],
+                         "the observer may read only the failing device's memory_stats")
+        # The exception then frees the tensors: later pushes see the cache.
+        t.devices[0]["stats"] = torch_stats(3664 << 20, active=0)
         wait_until(lambda: d.messages("oom"), timeout=5.0, what="the oom message (the interval is 30 s)")
         self.assertEqual(d.messages("oom"), [{"v": 1, "type": "oom", "uuid": "GPU-" + uuid_for(0),
                                               "requested_bytes": 960495616, "limit_bytes": 4294967296,
                                               "free_bytes": 145713397760}])
-        wait_until(lambda: len(d.messages("stats")) >= 2, what="stats pushed after the OOM")
-        self.assertEqual([dev["uuid"] for dev in d.messages("stats")[1]["devices"]], ["GPU-" + uuid_for(0)])
-        kinds = [m["type"] for m in d.messages()]
-        self.assertLess(kinds.index("oom"), len(kinds) - 1)
+        wait_until(lambda: len(d.messages("stats")) >= 3, what="stats pushed after the OOM")
+        msgs = d.messages()
+        i = [m["type"] for m in msgs].index("oom")
+        at_failure = msgs[i - 1]
+        self.assertEqual(at_failure["type"], "stats", "the state at the failure must precede the oom")
+        self.assertEqual([(x["uuid"], x["active_bytes"]) for x in at_failure["devices"]], [("GPU-" + uuid_for(0), 3664 << 20)])
+        after = [m for m in msgs[i + 1:] if m["type"] == "stats"]
+        self.assertEqual([(x["uuid"], x["active_bytes"]) for x in after[0]["devices"]], [("GPU-" + uuid_for(0), 0)])
+
+    def test_observer_survives_a_failing_memory_stats(self):
+        d = self.daemon()
+        t = self.install_torch({0: {"stats": torch_stats(1 << 20)}})
+        self.client(interval=30.0)
+        wait_until(lambda: d.messages("stats") and t.observers, what="stats and the observer")
+        t.fail_stats = True
+        t.observers[0](0, 1 << 20, 1 << 30, 1 << 30)
+        t.fail_stats = False
+        wait_until(lambda: d.messages("oom"), timeout=5.0, what="the oom message")
 
 
 class ForkTest(GpumemTestCase):
