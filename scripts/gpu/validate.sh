@@ -77,6 +77,10 @@ for _ in range(n):
 print("torch.cuda.memory_stats(0) alone: %.1f us per call" % ((time.perf_counter() - t) / n * 1e6))
 PY
 
+section "JAX and CuPy clients"
+python3 scripts/gpu/frameworks.py jax 2>&1 | grep -v "^WARNING\|^I0000\|^E0000" | tail -8
+python3 scripts/gpu/frameworks.py cupy 2>&1 | tail -8
+
 python3 -c "import urllib.request as u; open('$OUT/metrics.txt','wb').write(u.urlopen('$URL/metrics').read()); open('$OUT/landing.html','wb').write(u.urlopen('$URL/').read()); open('$OUT/oom-reports.json','wb').write(u.urlopen('$URL/api/v1/oom-reports').read())"
 kill $HOLD $PIDS 2>/dev/null
 section "exporter log: errors and warnings"
