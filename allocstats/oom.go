@@ -24,8 +24,8 @@ type ProcessLabels struct {
 }
 
 // OOMReport is the state of a device when a process on it reported that an
-// allocation failed. Processes are ordered by their footprint (NVML used,
-// else allocator reserved), largest first.
+// allocation failed. Processes are ordered by their footprint (the larger
+// of NVML used and allocator reserved), largest first.
 type OOMReport struct {
 	Time           time.Time        `json:"time"`
 	GPU            string           `json:"gpu"` // NVML index of the physical GPU; "" if NVML does not list the device
@@ -80,13 +80,17 @@ type OOMProcess struct {
 }
 
 func (p *OOMProcess) footprint() uint64 {
-	switch {
-	case p.UsedBytes != nil:
-		return *p.UsedBytes
-	case p.ReservedBytes != nil:
-		return *p.ReservedBytes
+	// The larger of NVML's used and the allocator's reserved: NVML's figure
+	// is from the last poll, and a burst just before the failure shows
+	// only in the allocator's.
+	var f uint64
+	if p.UsedBytes != nil {
+		f = *p.UsedBytes
 	}
-	return 0
+	if p.ReservedBytes != nil && *p.ReservedBytes > f {
+		f = *p.ReservedBytes
+	}
+	return f
 }
 
 // OOMReports keeps the last reports in a ring.

@@ -204,3 +204,29 @@ func toString(v any) string {
 	s, _ := v.(string)
 	return s
 }
+
+// A burst just before the failure shows in the allocator's reserved (read
+// inside the OOM observer) before NVML's next poll: the process is ranked
+// by the larger of the two.
+func TestOOMReportRanksByTheLargerOfUsedAndReserved(t *testing.T) {
+	snap := &nvml.Snapshot{Devices: []nvml.Device{{
+		Index: 0, UUID: testUUID, HasMemory: true, HasProcesses: true,
+		Memory: nvml.Memory{Total: 143771 * mib, Used: 2000 * mib, Free: 141771 * mib},
+		Processes: []nvml.Process{
+			{PID: 100, HasUsed: true, UsedBytes: 522 * mib},
+			{PID: 200, HasUsed: true, UsedBytes: 1478 * mib},
+		},
+	}}}
+	store := NewStore(time.Minute)
+	mustStats(t, store, nil, identity{pid: 100, startTime: 1}, t0, DeviceReport{UUID: testUUID, Reserved: 3666 * mib, Active: Some(3664 * mib)})
+	reports := NewOOMReports(1, func() *nvml.Snapshot { return snap }, store, nil, log.NewNopLogger())
+	_, ev, err := store.oom(nil, identity{pid: 100, startTime: 1}, OOMMessage{UUID: testUUID, RequestedBytes: 916 * mib}, t0, DefaultMaxDevices)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reports.Record(ev)
+	got := reports.List()[0].Processes
+	if len(got) != 2 || got[0].PID != 100 || got[0].ContextBytes != nil {
+		t.Errorf("processes = %+v; want pid 100 (3666 MiB reserved) first, and no context while NVML's used is older than its reserved", got)
+	}
+}
