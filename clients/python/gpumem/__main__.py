@@ -85,10 +85,16 @@ def main(argv=None):
     msgs = client.collect()
     for m in msgs:
         print(json.dumps(m, separators=(",", ":")))
-    path = config.socket_path(args.socket)
+    paths = config.socket_paths(args.socket)
+    path = paths[0]
+    for candidate in paths:
+        ok, how = _reachable(candidate)
+        if ok:
+            path = candidate
+            break
     if not args.send:
-        ok, how = _reachable(path)
-        print("gpumem: socket %s: %s" % (path, how), file=sys.stderr)
+        for candidate in paths:
+            print("gpumem: socket %s: %s" % (candidate, _reachable(candidate)[1]), file=sys.stderr)
         return 0
     try:
         welcome = _send_once(path, msgs)

@@ -41,7 +41,8 @@ class Client(object):
         def pick(value, default):
             return float(default if value is None else value)
 
-        self.socket_path = config.socket_path(socket_path)
+        self.socket_paths = config.socket_paths(socket_path)
+        self.socket_path = self.socket_paths[0]  # the one in use, or tried first
         self.interval, self._interval_fixed = config.interval(interval)
         self.heartbeat = pick(heartbeat, HEARTBEAT)
         self.send_timeout = pick(send_timeout, SEND_TIMEOUT)
@@ -152,14 +153,23 @@ class Client(object):
     # -- connection --
 
     def _connect(self):
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            s.settimeout(self.connect_timeout)
-            s.connect(self.socket_path)
-            s.settimeout(self.send_timeout)
-        except (OSError, ValueError) as e:
-            s.close()
-            self._connect_failed(e)
+        s, err = None, None
+        for path in self.socket_paths:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                s.settimeout(self.connect_timeout)
+                s.connect(path)
+                s.settimeout(self.send_timeout)
+                self.socket_path = path
+                break
+            except (OSError, ValueError) as e:
+                s.close()
+                s = None
+                # Report the first failure that is not "nobody there".
+                if err is None or getattr(err, "errno", None) in _NO_DAEMON:
+                    err = e
+        if s is None:
+            self._connect_failed(err)
             return False
         self._sock = s
         self._rbuf = b""
@@ -181,7 +191,8 @@ class Client(object):
     def _connect_failed(self, e):
         code = getattr(e, "errno", None)
         if code in _NO_DAEMON:
-            self._log_once("no-daemon", logging.INFO, "gpumem: no daemon at %s; will retry", self.socket_path)
+            self._log_once("no-daemon", logging.INFO, "gpumem: no daemon at %s; will retry",
+                           " or ".join(self.socket_paths))
         elif isinstance(e, socket.timeout) or code in (errno.EAGAIN, errno.EWOULDBLOCK):
             self._log_once("busy", logging.DEBUG, "gpumem: daemon at %s busy: %r; will retry", self.socket_path, e)
         else:

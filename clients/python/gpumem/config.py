@@ -27,6 +27,26 @@ def socket_path(explicit=None, environ=None):
     return env.get("GPUMEM_SOCKET") or DEFAULT_SOCKET
 
 
+def socket_paths(explicit=None, environ=None):
+    """Where to look for the daemon, in order. An explicit path or
+    GPUMEM_SOCKET is the only candidate; otherwise the default, then the
+    places a daemon started without root falls back to:
+    $XDG_RUNTIME_DIR/gpumem/ and $TMPDIR (or /tmp)/gpumem-<uid>/, with this
+    process's uid (a researcher runs both as the same user)."""
+    env = os.environ if environ is None else environ
+    if explicit or env.get("GPUMEM_SOCKET"):
+        return [socket_path(explicit, env)]
+    paths = [DEFAULT_SOCKET]
+    xdg = env.get("XDG_RUNTIME_DIR")
+    if xdg:
+        paths.append(os.path.join(xdg, "gpumem", "allocstats.sock"))
+    getuid = getattr(os, "getuid", None)
+    if getuid is not None:
+        tmp = env.get("TMPDIR") or "/tmp"
+        paths.append(os.path.join(tmp, "gpumem-%d" % getuid(), "allocstats.sock"))
+    return paths
+
+
 def parse_interval(value):
     """Seconds as a float >= MIN_INTERVAL, or None when value is not usable."""
     try:

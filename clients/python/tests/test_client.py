@@ -4,7 +4,7 @@ import threading
 import time
 import warnings
 
-from tests.helpers import GpumemTestCase, torch_stats, uuid_for, wait_until
+from tests.helpers import FakeDaemon, GpumemTestCase, torch_stats, uuid_for, wait_until
 import gpumem
 import gpumem.client
 from gpumem import _oom, protocol
@@ -211,3 +211,26 @@ class ForkTest(GpumemTestCase):
         _, status = os.waitpid(pid, 0)
         self.assertEqual(os.WEXITSTATUS(status), 0, "the child must not keep the parent's client")
         self.assertTrue(gpumem.client._client.running(), "the parent's client runs on")
+
+
+class FallbackSocketTest(GpumemTestCase):
+    def test_finds_a_daemon_that_fell_back_to_xdg_runtime_dir(self):
+        # A daemon started without root listens under $XDG_RUNTIME_DIR; a
+        # client of the same user finds it without GPUMEM_SOCKET.
+        xdg = os.path.join(self.tmp, "xdg")
+        os.makedirs(os.path.join(xdg, "gpumem"))
+        d = FakeDaemon(os.path.join(xdg, "gpumem", "allocstats.sock"))
+        self.daemons.append(d)
+        del os.environ["GPUMEM_SOCKET"]
+        saved = os.environ.get("XDG_RUNTIME_DIR")
+        os.environ["XDG_RUNTIME_DIR"] = xdg
+        try:
+            self.install_torch({0: {"stats": torch_stats(5 << 20)}})
+            c = self.client(socket_path=None)
+            wait_until(lambda: d.messages("stats"), what="stats at the fallback socket")
+            self.assertEqual(c.socket_path, os.path.join(xdg, "gpumem", "allocstats.sock"))
+        finally:
+            if saved is None:
+                del os.environ["XDG_RUNTIME_DIR"]
+            else:
+                os.environ["XDG_RUNTIME_DIR"] = saved

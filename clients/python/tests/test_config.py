@@ -42,3 +42,15 @@ class IntervalTest(GpumemTestCase):
         self.assertEqual(config.socket_path("/x.sock"), "/x.sock")
         del os.environ["GPUMEM_SOCKET"]
         self.assertEqual(config.socket_path(), "/run/gpumem/allocstats.sock")
+
+    def test_socket_paths_follow_the_daemons_fallbacks_unless_one_is_given(self):
+        env = {"XDG_RUNTIME_DIR": "/run/user/1000", "TMPDIR": "/scratch"}
+        self.assertEqual(config.socket_paths(environ=env), [
+            "/run/gpumem/allocstats.sock",
+            "/run/user/1000/gpumem/allocstats.sock",
+            "/scratch/gpumem-%d/allocstats.sock" % os.getuid(),
+        ])
+        self.assertEqual(config.socket_paths(environ={}), [
+            "/run/gpumem/allocstats.sock", "/tmp/gpumem-%d/allocstats.sock" % os.getuid()])
+        self.assertEqual(config.socket_paths(environ=dict(env, GPUMEM_SOCKET="/s.sock")), ["/s.sock"])
+        self.assertEqual(config.socket_paths("/x.sock", environ=env), ["/x.sock"])
