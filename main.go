@@ -291,7 +291,7 @@ func wire(ctx context.Context, o *options, logger log.Logger) (*daemon, error) {
 		Allocator:   store,
 		NVMLUp:      poller.Up,
 		Reports:     reports,
-		Describe:    describe,
+		Workload:    resolver,
 	})
 	mux.Handle("/", page)
 	return &daemon{mux: mux, wait: func() { <-done; <-done }}, nil

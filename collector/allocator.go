@@ -47,7 +47,7 @@ func (c *allocatorCollector) Update(ch chan<- prometheus.Metric) error {
 	n := 0
 	for i := range rows {
 		r := &rows[i]
-		a := r.alloc
+		a := r.Alloc
 		if a == nil {
 			continue
 		}

@@ -15,21 +15,31 @@ type AllocatorSource interface {
 	Processes() []allocstats.Process
 }
 
-// processRow is one process on one device: what NVML lists, what its
-// allocator reported, and what the workload cache knows.
-type processRow struct {
-	gpu, uuid string
-	pid       uint32
-	nvml      *nvml.Process           // nil when NVML does not list the pid
-	alloc     *allocstats.DeviceStats // nil when the process reports no allocator stats here
-	framework string
-	info      workload.Info
-	comm      string
+// Holding is one process on one device: what NVML lists, what its
+// allocator reported, and what the workload cache knows. The collectors and
+// the landing page read the same join.
+type Holding struct {
+	GPU, UUID string
+	PID       uint32
+	NVML      *nvml.Process           // nil when NVML does not list the pid on the device
+	Alloc     *allocstats.DeviceStats // nil when the process reports no allocator state here
+	Framework string
+	Info      workload.Info
+	Comm      string // /proc's comm, else NVML's process name
+}
+
+// Context is NVML used minus allocator reserved, where both are known and
+// used is the larger.
+func (h *Holding) Context() (uint64, bool) {
+	if h.NVML == nil || !h.NVML.HasUsed || h.Alloc == nil || h.NVML.UsedBytes < h.Alloc.Reserved {
+		return 0, false
+	}
+	return h.NVML.UsedBytes - h.Alloc.Reserved, true
 }
 
 // labels are the per-process labels fixed by the spec.
-func (r *processRow) labels() []string {
-	return []string{r.gpu, r.uuid, strconv.FormatUint(uint64(r.pid), 10), r.comm, r.info.Namespace, r.info.Pod, r.info.Container}
+func (r *Holding) labels() []string {
+	return []string{r.GPU, r.UUID, strconv.FormatUint(uint64(r.PID), 10), r.Comm, r.Info.Namespace, r.Info.Pod, r.Info.Container}
 }
 
 var processLabelNames = []string{"gpu", "uuid", "pid", "comm", "namespace", "pod", "container"}
@@ -38,7 +48,7 @@ var processLabelNames = []string{"gpu", "uuid", "pid", "comm", "namespace", "pod
 // device UUID). Allocator reports are kept when NVML does not list the pid;
 // a report whose process start time differs from the live process's is
 // from an earlier holder of the pid and is dropped.
-func joinProcesses(snap *nvml.Snapshot, procs []allocstats.Process, src Sources) []processRow {
+func joinProcesses(snap *nvml.Snapshot, procs []allocstats.Process, src Sources) []Holding {
 	type key struct {
 		pid  uint32
 		uuid string
@@ -78,7 +88,7 @@ func joinProcesses(snap *nvml.Snapshot, procs []allocstats.Process, src Sources)
 		return a.start == 0 || in.StartTime == 0 || a.start == in.StartTime
 	}
 
-	var rows []processRow
+	var rows []Holding
 	used := make(map[key]bool)
 	if snap != nil {
 		for i := range snap.Devices {
@@ -88,14 +98,14 @@ func joinProcesses(snap *nvml.Snapshot, procs []allocstats.Process, src Sources)
 			}
 			for j := range d.Processes {
 				p := &d.Processes[j]
-				r := processRow{gpu: d.GPULabel(), uuid: d.UUID, pid: p.PID, nvml: p, info: info(p.PID)}
-				r.comm = r.info.Comm
-				if r.comm == "" {
-					r.comm = p.Name
+				r := Holding{GPU: d.GPULabel(), UUID: d.UUID, PID: p.PID, NVML: p, Info: info(p.PID)}
+				r.Comm = r.Info.Comm
+				if r.Comm == "" {
+					r.Comm = p.Name
 				}
 				k := key{p.PID, d.UUID}
 				if a, ok := allocs[k]; ok && current(p.PID, a) {
-					r.alloc, r.framework = a.stats, a.framework
+					r.Alloc, r.Framework = a.stats, a.framework
 				}
 				used[k] = true
 				rows = append(rows, r)
@@ -110,20 +120,26 @@ func joinProcesses(snap *nvml.Snapshot, procs []allocstats.Process, src Sources)
 		if !ok || !d.ExportsMemory() {
 			continue // the device is gone, or a MIG parent whose instances carry the memory
 		}
-		r := processRow{gpu: d.GPULabel(), uuid: d.UUID, pid: k.pid, alloc: a.stats, framework: a.framework, info: info(k.pid)}
-		r.comm = r.info.Comm
+		r := Holding{GPU: d.GPULabel(), UUID: d.UUID, PID: k.pid, Alloc: a.stats, Framework: a.framework, Info: info(k.pid)}
+		r.Comm = r.Info.Comm
 		rows = append(rows, r)
 	}
 	sort.Slice(rows, func(i, j int) bool {
-		if rows[i].uuid != rows[j].uuid {
-			return rows[i].uuid < rows[j].uuid
+		if rows[i].UUID != rows[j].UUID {
+			return rows[i].UUID < rows[j].UUID
 		}
-		return rows[i].pid < rows[j].pid
+		return rows[i].PID < rows[j].PID
 	})
 	return rows
 }
 
-func (s Sources) rows() []processRow {
+// Join pairs NVML's processes with the allocator reports and the workload
+// cache (which may be nil), as the collectors do on each scrape.
+func Join(snap *nvml.Snapshot, procs []allocstats.Process, resolver workload.Resolver) []Holding {
+	return joinProcesses(snap, procs, Sources{Workload: resolver})
+}
+
+func (s Sources) rows() []Holding {
 	var snap *nvml.Snapshot
 	if s.NVML != nil {
 		snap = s.NVML.Snapshot()

@@ -36,11 +36,11 @@ func allocProc(pid uint32, start uint64, uuid string) allocstats.Process {
 }
 
 // rowKey names a row for the tests: "pid@uuid", "+alloc" when joined.
-func rowKeys(rows []processRow) []string {
+func rowKeys(rows []Holding) []string {
 	var out []string
 	for _, r := range rows {
-		k := fmt.Sprintf("%d@%s", r.pid, r.uuid)
-		if r.alloc != nil {
+		k := fmt.Sprintf("%d@%s", r.PID, r.UUID)
+		if r.Alloc != nil {
 			k += "+alloc"
 		}
 		out = append(out, k)
@@ -98,8 +98,8 @@ func TestJoinCommFallsBackToNVMLName(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rows := joinProcesses(joinSnapshot(), nil, Sources{Workload: tc.resolver})
-			if rows[0].pid != 10 || rows[0].comm != tc.want {
-				t.Errorf("comm of pid 10 = %q, want %q", rows[0].comm, tc.want)
+			if rows[0].PID != 10 || rows[0].Comm != tc.want {
+				t.Errorf("comm of pid 10 = %q, want %q", rows[0].Comm, tc.want)
 			}
 		})
 	}
@@ -117,8 +117,8 @@ func TestJoinWithoutSnapshotExportsNoAllocatorRows(t *testing.T) {
 func TestJoinKeepsAllocatorRowsOffTheMIGParent(t *testing.T) {
 	rows := joinProcesses(joinSnapshot(), []allocstats.Process{allocProc(40, 0, gpuUUID(1))}, Sources{})
 	for _, r := range rows {
-		if r.uuid == gpuUUID(1) {
-			t.Errorf("row %d@%s on the MIG-mode parent: its series would sit beside its instances' and sum() would count them twice", r.pid, r.uuid)
+		if r.UUID == gpuUUID(1) {
+			t.Errorf("row %d@%s on the MIG-mode parent: its series would sit beside its instances' and sum() would count them twice", r.PID, r.UUID)
 		}
 	}
 }

@@ -36,16 +36,16 @@ func (c *processCollector) Update(ch chan<- prometheus.Metric) error {
 	for i := range rows {
 		r := &rows[i]
 		lv := r.labels()
-		if r.nvml != nil && r.nvml.HasUsed {
-			ch <- prometheus.MustNewConstMetric(c.used, prometheus.GaugeValue, float64(r.nvml.UsedBytes), lv...)
-			ch <- prometheus.MustNewConstMetric(c.peak, prometheus.GaugeValue, float64(r.nvml.PeakBytes), lv...)
-			if r.alloc != nil && r.nvml.UsedBytes >= r.alloc.Reserved {
-				ch <- prometheus.MustNewConstMetric(c.ctx, prometheus.GaugeValue, float64(r.nvml.UsedBytes-r.alloc.Reserved), lv...)
+		if r.NVML != nil && r.NVML.HasUsed {
+			ch <- prometheus.MustNewConstMetric(c.used, prometheus.GaugeValue, float64(r.NVML.UsedBytes), lv...)
+			ch <- prometheus.MustNewConstMetric(c.peak, prometheus.GaugeValue, float64(r.NVML.PeakBytes), lv...)
+			if ctx, ok := r.Context(); ok {
+				ch <- prometheus.MustNewConstMetric(c.ctx, prometheus.GaugeValue, float64(ctx), lv...)
 			}
 		}
-		in := r.info
+		in := r.Info
 		ch <- prometheus.MustNewConstMetric(c.info, prometheus.GaugeValue, 1,
-			append(lv, in.ContainerID, in.PodUID, in.SlurmJobID, in.UID, r.framework)...)
+			append(lv, in.ContainerID, in.PodUID, in.SlurmJobID, in.UID, r.Framework)...)
 	}
 	return nil
 }

@@ -11,7 +11,9 @@ import (
 	"net/http"
 
 	"github.com/gpumem/gpumem_exporter/allocstats"
+	"github.com/gpumem/gpumem_exporter/collector"
 	"github.com/gpumem/gpumem_exporter/nvml"
+	"github.com/gpumem/gpumem_exporter/workload"
 )
 
 //go:embed page.html
@@ -29,8 +31,8 @@ type Config struct {
 	NVMLUp                                      func() bool
 	Allocator                                   interface{ Processes() []allocstats.Process }
 	Reports                                     interface{ List() []allocstats.OOMReport }
-	// Describe names a process (comm, Kubernetes pod); optional.
-	Describe func(pid uint32) allocstats.ProcessLabels
+	// Workload names processes (comm, Kubernetes pod); optional.
+	Workload workload.Resolver
 }
 
 // Handler serves the landing page at "/" and 404 elsewhere.
@@ -79,15 +81,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		procs = h.cfg.Allocator.Processes()
 	}
 	if h.cfg.Snapshot != nil {
-		d.GPUs = Split(h.cfg.Snapshot(), procs)
-	}
-	if h.cfg.Describe != nil {
-		for i := range d.GPUs {
-			for j := range d.GPUs[i].Processes {
-				p := &d.GPUs[i].Processes[j]
-				p.Labels = h.cfg.Describe(p.PID)
-			}
-		}
+		snap := h.cfg.Snapshot()
+		d.GPUs = split(snap, collector.Join(snap, procs, h.cfg.Workload))
 	}
 	if h.cfg.Reports != nil {
 		d.Reports = h.cfg.Reports.List()
@@ -105,26 +100,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // reports allocator stats splits into context, active and inactive; one
 // that does not counts whole under NoStats.
 func Split(snap *nvml.Snapshot, procs []allocstats.Process) []GPUView {
+	return split(snap, collector.Join(snap, procs, nil))
+}
+
+// split reads the collectors' join, so that the page and /metrics agree.
+func split(snap *nvml.Snapshot, rows []collector.Holding) []GPUView {
 	if snap == nil {
 		return nil
 	}
-	type key struct {
-		pid  uint32
-		uuid string
-	}
-	alloc := make(map[key]allocstats.DeviceStats)
-	framework := make(map[uint32]string)
-	for _, p := range procs {
-		framework[p.PID] = p.Framework
-		for _, d := range p.Devices {
-			if !d.HasStats {
-				continue
-			}
-			uuid := d.UUID
-			if dev, ok := snap.Device(uuid); ok {
-				uuid = dev.UUID // NVML's spelling (MIG-…)
-			}
-			alloc[key{p.PID, uuid}] = d
+	byUUID := make(map[string][]*collector.Holding)
+	for i := range rows {
+		if rows[i].NVML != nil {
+			byUUID[rows[i].UUID] = append(byUUID[rows[i].UUID], &rows[i])
 		}
 	}
 	var out []GPUView
@@ -135,13 +122,15 @@ func Split(snap *nvml.Snapshot, procs []allocstats.Process) []GPUView {
 		}
 		g := GPUView{GPU: d.GPULabel(), UUID: d.UUID, Name: d.Name, Total: d.Memory.Total,
 			Free: d.Memory.Free, DriverReserved: d.Memory.Reserved, Unattributed: d.Unattributed()}
-		for _, p := range d.Processes {
-			pv := ProcessView{PID: p.PID, Used: p.UsedBytes}
-			if a, ok := alloc[key{p.PID, d.UUID}]; ok && p.UsedBytes >= a.Reserved {
+		for _, r := range byUUID[d.UUID] {
+			pv := ProcessView{PID: r.PID, Used: r.NVML.UsedBytes,
+				Labels: allocstats.ProcessLabels{Comm: r.Comm, Namespace: r.Info.Namespace, Pod: r.Info.Pod, Container: r.Info.Container}}
+			if ctx, ok := r.Context(); ok {
+				a := r.Alloc
 				pv.Reports = true
-				pv.Framework = framework[p.PID]
+				pv.Framework = r.Framework
 				pv.Reserved = a.Reserved
-				pv.Context = p.UsedBytes - a.Reserved
+				pv.Context = ctx
 				pv.Active = a.Active.V
 				pv.Inactive = a.Inactive()
 				if !a.Active.OK {
@@ -151,7 +140,7 @@ func Split(snap *nvml.Snapshot, procs []allocstats.Process) []GPUView {
 				g.Active += pv.Active
 				g.Inactive += pv.Inactive
 			} else {
-				g.NoStats += p.UsedBytes
+				g.NoStats += pv.Used
 			}
 			g.Processes = append(g.Processes, pv)
 		}
