@@ -15,8 +15,9 @@ RUN CGO_ENABLED=1 CGO_CFLAGS="-O2 -g -Wno-deprecated-declarations" \
 # glibc runtime, no shell, non-root.
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /out/gpumem_exporter /usr/local/bin/gpumem_exporter
-# The Python client, for the DaemonSet to publish into the shared socket
-# directory (zero-code mode: PYTHONPATH=<dir>/autostart).
+# The Python client (zero-code mode: PYTHONPATH=/opt/gpumem/clients/autostart),
+# for images built FROM this one; the DaemonSet does not publish it (the
+# image has no shell to copy it with).
 COPY --from=build /out/clients /opt/gpumem/clients
 EXPOSE 9481
 USER nonroot

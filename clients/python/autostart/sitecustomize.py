@@ -40,7 +40,10 @@ def _gpumem_autostart(this_file):
 
         if importlib.util.find_spec("gpumem") is not None:
             return
-        for d in (here, os.path.dirname(here)):
+        # Both the file's own directory and the one its symlinks resolve
+        # to: ConfigMap files are links into a hidden ..data directory.
+        unresolved = os.path.dirname(os.path.abspath(this_file))
+        for d in (unresolved, os.path.dirname(unresolved), here, os.path.dirname(here)):
             if os.path.isfile(os.path.join(d, "gpumem", "__init__.py")):
                 sys.path.append(d)
                 return

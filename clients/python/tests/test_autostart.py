@@ -105,6 +105,19 @@ class SitecustomizeTest(SubprocessTestCase):
                         ignore=shutil.ignore_patterns("__pycache__"))
         self.assertTrue(self.probe([d, self.mods], PROBE_IMPORT="1")["running"])
 
+    def test_configmap_layout_files_are_symlinks(self):
+        # A ConfigMap volume holds links into a hidden ..data directory: the
+        # package next to the link must be found, not only next to its target.
+        root = os.path.join(self.tmp, "opt")
+        data = os.path.join(self.tmp, "cm", "..data")
+        os.makedirs(data)
+        os.makedirs(os.path.join(root, "autostart"))
+        shutil.copy(os.path.join(AUTOSTART, "sitecustomize.py"), os.path.join(data, "sitecustomize.py"))
+        os.symlink(os.path.join(data, "sitecustomize.py"), os.path.join(root, "autostart", "sitecustomize.py"))
+        shutil.copytree(os.path.join(PACKAGE_ROOT, "gpumem"), os.path.join(root, "gpumem"),
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        self.assertTrue(self.probe([os.path.join(root, "autostart"), self.mods], PROBE_IMPORT="1")["running"])
+
     def test_chains_to_a_shadowed_sitecustomize(self):
         other = os.path.join(self.tmp, "other")
         os.mkdir(other)

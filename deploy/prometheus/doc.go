@@ -1,0 +1,7 @@
+// Package prometheus holds gpumem_exporter's Prometheus recording rules and
+// alerts (rules.yml), their promtool unit tests (rules_test.yml) and the
+// same groups as a Prometheus Operator PrometheusRule (prometheusrule.yaml,
+// generated from rules.yml). The package has no Go code of its own: its
+// tests check the rules with promtool and check every metric they use
+// against docs/metrics.md.
+package prometheus
