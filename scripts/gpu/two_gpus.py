@@ -72,14 +72,26 @@ def start(name, devs, mib, env_extra=None):
     return name, p, stats
 
 
+def gpu_count():
+    out = subprocess.run(["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader"],
+                         capture_output=True, text=True).stdout
+    return len(out.split())
+
+
 def main():
-    workers = [
-        start("A", "0", 1024, {"CUDA_VISIBLE_DEVICES": "1,0"}),
-        start("B", "0", 2048, {"CUDA_VISIBLE_DEVICES": "0,1"}),
-        start("C", "0,1", 3072, {"CUDA_VISIBLE_DEVICES": "0,1"}),
-        start("D", "0", 512, {"CUDA_VISIBLE_DEVICES": "0,1"}),
-        start("E", "0", 768, {"CUDA_VISIBLE_DEVICES": "0,1"}),
-    ]
+    n = gpu_count()
+    if n >= 2:
+        workers = [
+            start("A", "0", 1024, {"CUDA_VISIBLE_DEVICES": "1,0"}),
+            start("B", "0", 2048, {"CUDA_VISIBLE_DEVICES": "0,1"}),
+            start("C", "0,1", 3072, {"CUDA_VISIBLE_DEVICES": "0,1"}),
+            start("D", "0", 512, {"CUDA_VISIBLE_DEVICES": "0,1"}),
+            start("E", "0", 768, {"CUDA_VISIBLE_DEVICES": "0,1"}),
+        ]
+    else:
+        # One GPU: only the two processes sharing it (D, E) can run.
+        print("one GPU: workers A (reordered devices), B (one of two GPUs) and C (both GPUs) need two; not run")
+        workers = [start("D", "0", 512), start("E", "0", 768)]
     time.sleep(3)  # a push and a poll
     text = scrape()
     nv = nvml_processes()

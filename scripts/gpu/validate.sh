@@ -77,6 +77,10 @@ for _ in range(n):
 print("torch.cuda.memory_stats(0) alone: %.1f us per call" % ((time.perf_counter() - t) / n * 1e6))
 PY
 
+section "two processes sharing the GPU (the part of two_gpus.py one GPU allows)"
+kill $HOLD $PIDS 2>/dev/null; wait $HOLD $PIDS 2>/dev/null; sleep 1
+python3 scripts/gpu/two_gpus.py
+
 section "JAX and CuPy clients"
 python3 scripts/gpu/frameworks.py jax 2>&1 | grep -v "^WARNING\|^I0000\|^E0000" | tail -8
 python3 scripts/gpu/frameworks.py cupy 2>&1 | tail -8
