@@ -10,6 +10,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"math/big"
@@ -22,6 +23,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -550,4 +552,75 @@ func TestProtocolBlackBox(t *testing.T) {
 	// The connection survived the bad lines.
 	send(`{"v":1,"type":"stats","devices":[{"uuid":"GPU-5f0e3c1a-7b2d-4e89-a1c3-000000000006","reserved_bytes":0}]}`)
 	conn.Close()
+}
+
+// TestProtocolLimitsBlackBox: an unknown type and a wrong version are
+// counted and skipped, the connection stays; a line over the limit closes
+// the connection; other clients are not affected.
+func TestProtocolLimitsBlackBox(t *testing.T) {
+	e := startExporter(t, "--allocstats.max-message-bytes=1024")
+	e.waitReady(t)
+	dial := func() net.Conn {
+		t.Helper()
+		c, err := net.Dial("unix", e.socket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	good, bad := dial(), dial()
+	io.WriteString(good, `{"v":1,"type":"shiny-new-type","x":1}`+"\n")
+	io.WriteString(good, `{"v":2,"type":"stats","devices":[]}`+"\n")
+	io.WriteString(good, `{"v":1,"type":"stats","devices":[{"uuid":"GPU-5f0e3c1a-7b2d-4e89-a1c3-000000000001","reserved_bytes":7340032}]}`+"\n")
+
+	io.WriteString(bad, `{"v":1,"type":"stats","devices":[{"uuid":"`+strings.Repeat("a", 2000)+`"}]}`+"\n")
+	bad.SetReadDeadline(time.Now().Add(5 * time.Second))
+	// Closed with the rest of the line unread: EOF or a reset.
+	if _, err := bad.Read(make([]byte, 1)); err != io.EOF && !errors.Is(err, syscall.ECONNRESET) {
+		t.Errorf("after an oversize line: read = %v, want the connection closed", err)
+	}
+
+	pid := fmt.Sprint(os.Getpid())
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, body := e.get(t, "/metrics")
+		want := []string{
+			`gpumem_allocstats_messages_total{result="rejected",type="unknown"} 1`,
+			`gpumem_allocstats_messages_total{result="oversize",type="unknown"} 1`,
+			`gpumem_allocstats_messages_total{result="ok",type="stats"} 1`,
+			`pid="` + pid + `",pod="",uuid="GPU-5f0e3c1a-7b2d-4e89-a1c3-000000000001"} 7.340032e+06`,
+		}
+		missing := ""
+		for _, w := range want {
+			if !strings.Contains(body, w) {
+				missing = w
+			}
+		}
+		if missing == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("missing %s in\n%s", missing, grepLines(body, "allocstats_messages_total", "allocator_reserved"))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// The wrong version was rejected: counted under its type.
+	_, body := e.get(t, "/metrics")
+	if !strings.Contains(body, `gpumem_allocstats_messages_total{result="rejected",type="stats"} 1`) {
+		t.Errorf("a v:2 line was not counted as rejected:\n%s", grepLines(body, "allocstats_messages_total"))
+	}
+}
+
+func grepLines(body string, subs ...string) string {
+	var out []string
+	for _, l := range strings.Split(body, "\n") {
+		for _, s := range subs {
+			if strings.Contains(l, s) && !strings.HasPrefix(l, "#") {
+				out = append(out, l)
+				break
+			}
+		}
+	}
+	return strings.Join(out, "\n")
 }
