@@ -40,10 +40,14 @@ func newAllocatorCollector(src Sources, _ log.Logger) (Collector, error) {
 }
 
 func (c *allocatorCollector) Update(ch chan<- prometheus.Metric) error {
+	return c.updateScrape(&scrape{}, ch)
+}
+
+func (c *allocatorCollector) updateScrape(sc *scrape, ch chan<- prometheus.Metric) error {
 	if c.src.Allocator == nil {
 		return ErrNoData
 	}
-	rows := c.src.rows()
+	rows := sc.rows(c.src)
 	n := 0
 	for i := range rows {
 		r := &rows[i]

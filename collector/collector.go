@@ -125,20 +125,44 @@ func (e *Exporter) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
+	sc := &scrape{}
 	var wg sync.WaitGroup
 	for name, c := range e.collectors {
 		wg.Add(1)
 		go func(name string, c Collector) {
 			defer wg.Done()
-			e.execute(name, c, ch)
+			e.execute(name, c, sc, ch)
 		}(name, c)
 	}
 	wg.Wait()
 }
 
-func (e *Exporter) execute(name string, c Collector, ch chan<- prometheus.Metric) {
+// scrape holds what one Collect computes once for all its collectors: the
+// join of NVML's processes with the allocator store, which both the process
+// and the allocator collectors read.
+type scrape struct {
+	once     sync.Once
+	holdings []Holding
+}
+
+func (sc *scrape) rows(src Sources) []Holding {
+	sc.once.Do(func() { sc.holdings = src.rows() })
+	return sc.holdings
+}
+
+// scrapeCollector is a Collector that shares the per-scrape join.
+type scrapeCollector interface {
+	updateScrape(sc *scrape, ch chan<- prometheus.Metric) error
+}
+
+func (e *Exporter) execute(name string, c Collector, sc *scrape, ch chan<- prometheus.Metric) {
 	begin := time.Now()
-	err := c.Update(ch)
+	var err error
+	if shared, ok := c.(scrapeCollector); ok {
+		err = shared.updateScrape(sc, ch)
+	} else {
+		err = c.Update(ch)
+	}
 	duration := time.Since(begin)
 	success := 1.0
 	if err != nil {

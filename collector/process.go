@@ -29,7 +29,11 @@ func newProcessCollector(src Sources, _ log.Logger) (Collector, error) {
 }
 
 func (c *processCollector) Update(ch chan<- prometheus.Metric) error {
-	rows := c.src.rows()
+	return c.updateScrape(&scrape{}, ch)
+}
+
+func (c *processCollector) updateScrape(sc *scrape, ch chan<- prometheus.Metric) error {
+	rows := sc.rows(c.src)
 	if len(rows) == 0 {
 		return ErrNoData
 	}
