@@ -168,3 +168,32 @@ func TestRichestScrapePassesLint(t *testing.T) {
 		}
 	}
 }
+
+// countingAllocator counts how often a scrape copies the allocator store.
+type countingAllocator struct {
+	AllocatorSource
+	calls atomic.Int32
+}
+
+func (c *countingAllocator) Processes() []allocstats.Process {
+	c.calls.Add(1)
+	return c.AllocatorSource.Processes()
+}
+
+func TestOneScrapeJoinsOnceForEveryCollector(t *testing.T) {
+	src := sources(pollTwoGPUNode(t, twoGPUNode()), trainerStore(), fakeResolver{1000: trainer})
+	counting := &countingAllocator{AllocatorSource: src.Allocator}
+	src.Allocator = counting
+	exp, err := New(src, log.NewNopLogger(), Names()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(exp)
+	if _, err := reg.Gather(); err != nil {
+		t.Fatal(err)
+	}
+	if n := counting.calls.Load(); n != 1 {
+		t.Errorf("one scrape copied the allocator store %d times, want once (the process and allocator collectors share the join)", n)
+	}
+}
