@@ -99,7 +99,7 @@ func NewPoller(cfg Config) *Poller {
 			Name: "gpumem_nvml_errors_total",
 			Help: "NVML calls that failed, by call.",
 		}, []string{"call"}),
-		upDesc: prometheus.NewDesc("gpumem_nvml_up", "1 when NVML is initialised and the last poll listed the devices, else 0.", nil, nil),
+		upDesc: prometheus.NewDesc("gpumem_nvml_up", "1 when NVML is initialised and the last poll listed the devices and is recent (within 3 poll intervals and 5 s), else 0.", nil, nil),
 	}
 	// The calls every poll makes start at 0, so that a rate() of the first
 	// failure is not lost.
@@ -112,8 +112,20 @@ func NewPoller(cfg Config) *Poller {
 // Snapshot returns the latest snapshot, or nil before the first poll.
 func (p *Poller) Snapshot() *Snapshot { return p.snapshot.Load() }
 
-// Up reports whether NVML answered the last poll.
-func (p *Poller) Up() bool { return p.up.Load() }
+// Up reports whether NVML answered the last poll, and that poll is recent:
+// a poll stuck in an NVML call (a GPU falling off the bus can do that)
+// leaves the last snapshot in place, and Up turns false after StaleAfter.
+func (p *Poller) Up() bool {
+	if !p.up.Load() {
+		return false
+	}
+	snap := p.snapshot.Load()
+	return snap != nil && p.cfg.Now().Sub(snap.Time) <= p.StaleAfter()
+}
+
+// StaleAfter is how old the last snapshot may be before NVML counts as
+// down: three poll intervals and five seconds.
+func (p *Poller) StaleAfter() time.Duration { return 3*p.cfg.Interval + 5*time.Second }
 
 // Ready reports whether one poll has succeeded.
 func (p *Poller) Ready() bool { return p.ready.Load() }
@@ -128,7 +140,7 @@ func (p *Poller) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector for NVML health metrics.
 func (p *Poller) Collect(ch chan<- prometheus.Metric) {
 	up := 0.0
-	if p.up.Load() {
+	if p.Up() {
 		up = 1
 	}
 	ch <- prometheus.MustNewConstMetric(p.upDesc, prometheus.GaugeValue, up)

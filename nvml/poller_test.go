@@ -257,3 +257,28 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 		time.Sleep(2 * time.Millisecond)
 	}
 }
+
+func TestAStuckPollTakesNVMLDown(t *testing.T) {
+	now := time.Unix(1000, 0)
+	p := NewPoller(Config{Lib: newMockNode(), Interval: time.Second, Now: func() time.Time { return now }})
+	pollOnce(t, p)
+	if !p.Up() {
+		t.Fatal("not up after a good poll")
+	}
+	now = now.Add(p.StaleAfter()) // the next poll is stuck in NVML
+	if !p.Up() {
+		t.Error("down at exactly StaleAfter")
+	}
+	now = now.Add(time.Millisecond)
+	if p.Up() {
+		t.Errorf("still up %s after the last poll; want down once the snapshot is older than %s", p.StaleAfter()+time.Millisecond, p.StaleAfter())
+	}
+	want := "# HELP gpumem_nvml_up 1 when NVML is initialised and the last poll listed the devices and is recent (within 3 poll intervals and 5 s), else 0.\n# TYPE gpumem_nvml_up gauge\ngpumem_nvml_up 0\n"
+	if err := testutil.CollectAndCompare(p, strings.NewReader(want), "gpumem_nvml_up"); err != nil {
+		t.Errorf("with a stuck poll: %v", err)
+	}
+	pollOnce(t, p)
+	if !p.Up() {
+		t.Error("not up again after the poll completed")
+	}
+}
