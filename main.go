@@ -189,7 +189,6 @@ func wire(ctx context.Context, o *options, logger log.Logger) (*daemon, error) {
 	default:
 		cfg.Lib = gonvml.New()
 	}
-	var poller *nvml.Poller
 	cfg.OnPoll = []func(*nvml.Snapshot){func(s *nvml.Snapshot) {
 		resolver.Refresh(union(s.PIDs(), store.PIDs()))
 		store.Prune(time.Now(), func(pid uint32, start uint64) bool {
@@ -203,7 +202,7 @@ func wire(ctx context.Context, o *options, logger log.Logger) (*daemon, error) {
 			return start == 0 || st == start
 		})
 	}}
-	poller = nvml.NewPoller(cfg)
+	poller := nvml.NewPoller(cfg)
 
 	describe := func(pid uint32) allocstats.ProcessLabels {
 		in, _ := resolver.Lookup(pid)
