@@ -30,6 +30,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"golang.org/x/crypto/bcrypt"
+
+	"github.com/gpumem/gpumem_exporter/internal/doccheck"
 )
 
 // End-to-end tests: they build the real binary and run it in simulated mode.
@@ -306,17 +308,9 @@ func documentedLabels(t *testing.T) map[string]string {
 // documentedMetrics lists the metric names in the tables of docs/metrics.md.
 func documentedMetrics(t *testing.T) []string {
 	t.Helper()
-	doc, err := os.ReadFile("docs/metrics.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	re := regexp.MustCompile("(?m)^\\| `(gpumem_[a-z0-9_]+)`")
 	var names []string
-	for _, m := range re.FindAllStringSubmatch(string(doc), -1) {
-		names = append(names, m[1])
-	}
-	if len(names) < 30 {
-		t.Fatalf("found only %d metrics in docs/metrics.md", len(names))
+	for name := range doccheck.DocumentedMetrics(t, "docs/metrics.md") {
+		names = append(names, name)
 	}
 	sort.Strings(names)
 	return names
@@ -324,14 +318,7 @@ func documentedMetrics(t *testing.T) []string {
 
 func promtoolCheck(t *testing.T, body string) {
 	t.Helper()
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("promtool not found; .ci/run installs Debian's prometheus package")
-		}
-		t.Skip("promtool not installed (apt-get install prometheus)")
-	}
-	cmd := exec.Command(promtool, "check", "metrics")
+	cmd := exec.Command(doccheck.Promtool(t), "check", "metrics")
 	cmd.Stdin = strings.NewReader(body)
 	out, err := cmd.CombinedOutput()
 	if err != nil || len(strings.TrimSpace(string(out))) > 0 {

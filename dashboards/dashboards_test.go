@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/gpumem/gpumem_exporter/internal/doccheck"
 )
 
 const (
@@ -302,27 +304,12 @@ func dashboardVariables(d dashboard) map[string]bool {
 	return vars
 }
 
-// promtool returns the path of promtool. Without it the test is skipped on a
-// developer's machine but fails in CI, where it must be installed.
-func promtool(t *testing.T) string {
-	t.Helper()
-	path, err := exec.LookPath("promtool")
-	if err == nil {
-		return path
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatalf("promtool is not installed, and CI is set: install it (Debian: apt-get install prometheus): %v", err)
-	}
-	t.Skip("promtool is not installed (Debian: apt-get install prometheus)")
-	return ""
-}
-
 // TestQueriesAreValidPromQL writes every query, its variables substituted,
 // as a recording rule and has promtool check the file: one group per query,
 // named after where the query is, so that an error says which one.
 func TestQueriesAreValidPromQL(t *testing.T) {
 	t.Parallel()
-	bin := promtool(t)
+	bin := doccheck.Promtool(t)
 	d := loadDashboard(t)
 	vars := dashboardVariables(d)
 	var b strings.Builder
@@ -348,38 +335,14 @@ func TestQueriesAreValidPromQL(t *testing.T) {
 	}
 }
 
-// documentedMetric matches a row of a metrics table in docs/metrics.md and
-// captures the metric name and the type column.
-var documentedMetric = regexp.MustCompile("(?m)^\\| `(gpumem_[a-z0-9_]+)[^|]*\\|\\s*([^|]*?)\\s*\\|")
-
-// metricName matches a whole Prometheus name, colons included.
-var metricName = regexp.MustCompile(`[a-zA-Z_:][a-zA-Z0-9_:]*`)
-
 func TestQueriesUseOnlyDocumentedMetrics(t *testing.T) {
 	t.Parallel()
-	doc, err := os.ReadFile(metricsDoc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	documented := map[string]string{}
-	for _, m := range documentedMetric.FindAllStringSubmatch(string(doc), -1) {
-		documented[m[1]] = m[2]
-	}
-	if len(documented) < 20 {
-		t.Fatalf("found only %d metrics in %s: has its table format changed?", len(documented), metricsDoc)
-	}
+	documented := doccheck.DocumentedMetrics(t, metricsDoc)
 	missing := map[string][]string{}
 	used := 0
 	for _, q := range queries(t, loadDashboard(t)) {
-		for _, name := range metricName.FindAllString(q.expr, -1) {
-			if !strings.HasPrefix(name, "gpumem_") {
-				continue
-			}
-			used++
-			base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(name, "_bucket"), "_sum"), "_count")
-			if _, ok := documented[name]; ok || documented[base] == "histogram" {
-				continue
-			}
+		used += len(doccheck.MetricNames(q.expr))
+		for _, name := range doccheck.Undocumented(q.expr, documented) {
 			missing[name] = append(missing[name], q.where)
 		}
 	}

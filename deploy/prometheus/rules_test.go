@@ -6,9 +6,10 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
-	"sort"
 	"strings"
 	"testing"
+
+	"github.com/gpumem/gpumem_exporter/internal/doccheck"
 )
 
 var update = flag.Bool("update", false, "rewrite prometheusrule.yaml from rules.yml")
@@ -20,24 +21,9 @@ const (
 	metricsDoc         = "../../docs/metrics.md"
 )
 
-// promtool returns the path of promtool. Without it the test is skipped on a
-// developer's machine but fails in CI, where it must be installed.
-func promtool(t *testing.T) string {
-	t.Helper()
-	path, err := exec.LookPath("promtool")
-	if err == nil {
-		return path
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatalf("promtool is not installed, and CI is set: install it (Debian: apt-get install prometheus): %v", err)
-	}
-	t.Skip("promtool is not installed (Debian: apt-get install prometheus)")
-	return ""
-}
-
 func runPromtool(t *testing.T, args ...string) {
 	t.Helper()
-	out, err := exec.Command(promtool(t), args...).CombinedOutput()
+	out, err := exec.Command(doccheck.Promtool(t), args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
@@ -62,57 +48,15 @@ func readFile(t *testing.T, path string) string {
 	return string(b)
 }
 
-// documentedMetric matches a row of a metrics table in docs/metrics.md and
-// captures the metric name and the type column.
-var documentedMetric = regexp.MustCompile("(?m)^\\| `(gpumem_[a-z0-9_]+)[^|]*\\|\\s*([^|]*?)\\s*\\|")
-
 // documentedMetrics returns the metrics docs/metrics.md lists, with their type.
 func documentedMetrics(t *testing.T) map[string]string {
-	t.Helper()
-	metrics := map[string]string{}
-	for _, m := range documentedMetric.FindAllStringSubmatch(readFile(t, metricsDoc), -1) {
-		metrics[m[1]] = m[2]
-	}
-	if len(metrics) < 20 {
-		t.Fatalf("found only %d metrics in %s: has its table format changed?", len(metrics), metricsDoc)
-	}
-	return metrics
+	return doccheck.DocumentedMetrics(t, metricsDoc)
 }
 
-// metricName matches a whole Prometheus name, colons included, so that a
-// recording rule's name (gpu:gpumem_memory_used:ratio) is one token that
-// does not start with gpumem_.
-var metricName = regexp.MustCompile(`[a-zA-Z_:][a-zA-Z0-9_:]*`)
-
-// productName is the program's name, which descriptions mention; it is no
-// metric.
-const productName = "gpumem_exporter"
-
 // undocumented returns the gpumem_ metric names in text that docs/metrics.md
-// does not list. A histogram's _bucket, _sum and _count series count as the
-// histogram.
+// does not list.
 func undocumented(text string, documented map[string]string) []string {
-	seen := map[string]bool{}
-	for _, name := range metricName.FindAllString(text, -1) {
-		name = strings.TrimRight(name, ":") // a name ending a phrase: "gpumem_exporter: ..."
-		if !strings.HasPrefix(name, "gpumem_") || strings.Contains(name, ":") || name == productName {
-			continue
-		}
-		seen[name] = true
-	}
-	var missing []string
-	for name := range seen {
-		if _, ok := documented[name]; ok {
-			continue
-		}
-		base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(name, "_bucket"), "_sum"), "_count")
-		if documented[base] == "histogram" {
-			continue
-		}
-		missing = append(missing, name)
-	}
-	sort.Strings(missing)
-	return missing
+	return doccheck.Undocumented(text, documented)
 }
 
 func TestRulesUseOnlyDocumentedMetrics(t *testing.T) {

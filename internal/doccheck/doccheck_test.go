@@ -1,0 +1,45 @@
+package doccheck
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+)
+
+func TestUndocumentedNamesWhatTheDocLacks(t *testing.T) {
+	documented := map[string]string{"gpumem_a_bytes": "gauge", "gpumem_poll_seconds": "histogram"}
+	for _, tc := range []struct {
+		text string
+		want []string
+	}{
+		{`gpumem_a_bytes > 0`, nil},
+		{`rate(gpumem_poll_seconds_bucket[5m]) + gpumem_poll_seconds_count`, nil},
+		{`gpumem_a_bytes_bucket`, []string{"gpumem_a_bytes_bucket"}},
+		{`gpu:gpumem_a_bytes:sum / gpumem_b_total`, []string{"gpumem_b_total"}},
+		{`gpumem_exporter: something about gpumem_c`, []string{"gpumem_c"}},
+	} {
+		if got := Undocumented(tc.text, documented); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("Undocumented(%q) = %v, want %v", tc.text, got, tc.want)
+		}
+	}
+}
+
+func TestDocumentedMetricsReadsTheTables(t *testing.T) {
+	doc := "| metric | type |\n|---|---|\n"
+	for i := 0; i < 20; i++ {
+		doc += "| `gpumem_m" + string(rune('a'+i)) + "_bytes` | gauge | x |\n"
+	}
+	doc += "| `gpumem_poll_seconds` | histogram | | y |\nnot a row `gpumem_no`\n"
+	path := filepath.Join(t.TempDir(), "metrics.md")
+	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got := DocumentedMetrics(t, path)
+	if len(got) != 21 || got["gpumem_poll_seconds"] != "histogram" || got["gpumem_ma_bytes"] != "gauge" {
+		t.Errorf("DocumentedMetrics = %v", got)
+	}
+	if _, ok := got["gpumem_no"]; ok {
+		t.Error("a name outside a table row was taken as documented")
+	}
+}
