@@ -134,7 +134,7 @@ func run(o *options, logger, bare log.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	d, err := wire(ctx, o, logger)
+	d, err := wire(ctx, o, logger, bare)
 	if err != nil {
 		return err
 	}
@@ -165,10 +165,10 @@ type daemon struct {
 	wait func()
 }
 
-func wire(ctx context.Context, o *options, logger log.Logger) (*daemon, error) {
+func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, error) {
 	store := allocstats.NewStore(o.ttl)
 	reg := prometheus.NewRegistry()
-	pods, err := podLookup(ctx, o, logger, reg)
+	pods, err := podLookup(ctx, o, logger, bare, reg)
 	if err != nil {
 		return nil, err
 	}

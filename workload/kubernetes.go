@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/go-kit/log"
 	"github.com/go-kit/log/level"
@@ -51,6 +54,9 @@ type PodInformer struct {
 
 	podsGauge prometheus.Gauge
 	errors    prometheus.Counter
+
+	warnMu   sync.Mutex
+	lastWarn time.Time // last RequestFailed logged at warn
 }
 
 type podRecord struct {
@@ -269,18 +275,80 @@ func (p *PodInformer) removeLocked(uid string) {
 }
 
 // watchError counts a failed list or watch. The informer retries by
-// itself with backoff; a watch closed cleanly or expired is routine.
+// itself with backoff; a watch closed cleanly or expired is routine. A
+// failed request to the API server was counted already, by RequestFailed.
 func (p *PodInformer) watchError(_ *cache.Reflector, err error) {
 	switch {
 	case errors.Is(err, io.EOF):
 		level.Debug(p.logger).Log("msg", "pod watch closed", "err", err)
 	case apierrors.IsResourceExpired(err) || apierrors.IsGone(err):
 		level.Debug(p.logger).Log("msg", "pod watch expired; relisting", "err", err)
+	case isRequestError(err):
+		level.Debug(p.logger).Log("msg", "listing or watching pods failed; retrying", "err", err)
 	default:
 		p.errors.Inc()
 		level.Warn(p.logger).Log("msg", "listing or watching pods failed; retrying", "node", p.nodeName, "err", err)
 	}
 }
+
+// RequestFailed counts a failed request to the API server (see NewClient).
+// The first failure after a quiet minute is logged at warn, the rest at
+// debug, since the informer retries every few seconds while it lasts.
+func (p *PodInformer) RequestFailed(err error) {
+	p.errors.Inc()
+	p.warnMu.Lock()
+	now := time.Now()
+	warn := now.Sub(p.lastWarn) >= time.Minute
+	if warn {
+		p.lastWarn = now
+	}
+	p.warnMu.Unlock()
+	lvl := level.Debug
+	if warn {
+		lvl = level.Warn
+	}
+	lvl(p.logger).Log("msg", "a request to the Kubernetes API server failed; pod names stay as they are until it answers", "node", p.nodeName, "err", err)
+}
+
+// isRequestError reports whether err is one that errorReportingTransport
+// has seen: no answer, or one of the statuses it counts.
+func isRequestError(err error) bool {
+	var urlErr *url.Error
+	if errors.As(err, &urlErr) {
+		return true
+	}
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		return countedStatus(int(status.Status().Code))
+	}
+	return false
+}
+
+func countedStatus(code int) bool {
+	return code == http.StatusUnauthorized || code == http.StatusForbidden || code == http.StatusTooManyRequests || code >= 500
+}
+
+// errorReportingTransport reports failed requests to the API server.
+type errorReportingTransport struct {
+	next    http.RoundTripper
+	onError func(error)
+}
+
+func (t *errorReportingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.next.RoundTrip(req)
+	switch {
+	case err != nil:
+		if req.Context().Err() == nil { // not our own shutdown
+			t.onError(err)
+		}
+	case countedStatus(resp.StatusCode):
+		t.onError(fmt.Errorf("%s %s: %s", req.Method, req.URL.Path, resp.Status))
+	}
+	return resp, err
+}
+
+// WrappedRoundTripper lets client-go's debugging wrappers see through.
+func (t *errorReportingTransport) WrappedRoundTripper() http.RoundTripper { return t.next }
 
 // trimContainerScheme turns "containerd://<id>" into "<id>" (also cri-o://
 // and docker://); an ID without a scheme is returned as is.
@@ -336,7 +404,12 @@ func trimStatuses(in []corev1.ContainerStatus) []corev1.ContainerStatus {
 // uses the in-cluster configuration when running in a pod
 // (KUBERNETES_SERVICE_HOST is set), and otherwise returns ok=false and no
 // error: not in Kubernetes, so no pod attribution.
-func NewClient(kubeconfig string) (client kubernetes.Interface, ok bool, err error) {
+//
+// onRequestError, when not nil, is called for every request to the API
+// server that fails: no connection, or an answer of 401, 403, 429 or 5xx.
+// The informer cannot report those itself: client-go's watch-list mode
+// retries them with backoff without telling its error handler.
+func NewClient(kubeconfig string, onRequestError func(error)) (client kubernetes.Interface, ok bool, err error) {
 	var cfg *rest.Config
 	switch {
 	case kubeconfig != "":
@@ -351,6 +424,11 @@ func NewClient(kubeconfig string) (client kubernetes.Interface, ok bool, err err
 		}
 	default:
 		return nil, false, nil
+	}
+	if onRequestError != nil {
+		cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+			return &errorReportingTransport{next: rt, onError: onRequestError}
+		})
 	}
 	cfg.UserAgent = "gpumem_exporter"
 	cfg.ContentType = "application/vnd.kubernetes.protobuf"

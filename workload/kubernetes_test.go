@@ -3,8 +3,11 @@ package workload
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -338,10 +341,94 @@ current-context: test
 			}
 			t.Setenv("KUBERNETES_SERVICE_HOST", tt.serviceHost)
 			t.Setenv("KUBERNETES_SERVICE_PORT", "443")
-			client, ok, err := NewClient(tt.kubeconfig)
+			client, ok, err := NewClient(tt.kubeconfig, nil)
 			if (err != nil) != tt.wantErr || ok != tt.wantOK || (client != nil) != tt.wantOK {
 				t.Errorf("NewClient(%q) = %v, %v, %v; want ok=%v, error: %v", tt.kubeconfig, client, ok, err, tt.wantOK, tt.wantErr)
 			}
 		})
+	}
+}
+
+func writeKubeconfig(t *testing.T, server string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	cfg := "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: \"" + server + "\"}\n" +
+		"users:\n- name: u\n  user: {}\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\ncurrent-context: x\n"
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// With client-go's watch-list mode, a failing API server never reaches the
+// informer's error handler: the client's transport counts the failures.
+func TestAnAPIServerThatFailsIsCounted(t *testing.T) {
+	unavailable := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "etcd is down", http.StatusServiceUnavailable)
+	}))
+	defer unavailable.Close()
+	gone := httptest.NewServer(http.NotFoundHandler())
+	gone.Close() // connection refused
+	for name, server := range map[string]string{"503": unavailable.URL, "no answer": gone.URL} {
+		t.Run(name, func(t *testing.T) {
+			var inf atomic.Pointer[PodInformer]
+			client, ok, err := NewClient(writeKubeconfig(t, server), func(err error) {
+				if p := inf.Load(); p != nil {
+					p.RequestFailed(err)
+				}
+			})
+			if err != nil || !ok {
+				t.Fatalf("NewClient: %v, %v", ok, err)
+			}
+			p := NewPodInformer(client, "node-1", log.NewNopLogger(), prometheus.NewRegistry())
+			inf.Store(p)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			p.Run(ctx)
+			waitFor(t, "gpumem_kubernetes_errors_total to count the failing API server", func() bool {
+				return testutil.ToFloat64(p.errors) >= 1
+			})
+			if _, _, ok := p.Pod("anything"); ok {
+				t.Error("a pod known without an API server")
+			}
+		})
+	}
+}
+
+type stubRoundTripper struct {
+	resp *http.Response
+	err  error
+}
+
+func (s stubRoundTripper) RoundTrip(*http.Request) (*http.Response, error) { return s.resp, s.err }
+
+func TestErrorReportingTransportCountsWhatMeansTrouble(t *testing.T) {
+	for _, tc := range []struct {
+		status  int
+		err     error
+		cancel  bool
+		counted bool
+	}{
+		{status: 200}, {status: 404}, {status: 410}, {status: 422},
+		{status: 401, counted: true}, {status: 403, counted: true}, {status: 429, counted: true},
+		{status: 500, counted: true}, {status: 503, counted: true},
+		{err: errors.New("connection refused"), counted: true},
+		{err: context.Canceled, cancel: true},
+	} {
+		var got []error
+		rt := &errorReportingTransport{
+			next:    stubRoundTripper{resp: &http.Response{StatusCode: tc.status, Status: http.StatusText(tc.status)}, err: tc.err},
+			onError: func(err error) { got = append(got, err) },
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		if tc.cancel {
+			cancel()
+		}
+		req, _ := http.NewRequestWithContext(ctx, "GET", "http://api/api/v1/pods", nil)
+		rt.RoundTrip(req)
+		cancel()
+		if (len(got) == 1) != tc.counted || len(got) > 1 {
+			t.Errorf("status %d, err %v, cancelled %v: reported %v, want counted=%v", tc.status, tc.err, tc.cancel, got, tc.counted)
+		}
 	}
 }
