@@ -7,8 +7,9 @@ set -u
 OUT=${OUT:-/tmp/gpumem-validation}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/clients/python
-SOCK=/tmp/gpumem/allocstats.sock
-export GPUMEM_SOCKET=$SOCK GPUMEM_INTERVAL=0.2
+# The default socket, which clients find without GPUMEM_SOCKET.
+SOCK=/run/gpumem/allocstats.sock
+export GPUMEM_INTERVAL=0.2
 URL=http://127.0.0.1:9481
 
 section() { echo; echo "=== $* ==="; }

@@ -6,8 +6,9 @@ set -u
 OUT=${OUT:-/tmp/gpumem-validation}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/clients/python
-SOCK=/tmp/gpumem/allocstats.sock
-export GPUMEM_SOCKET=$SOCK GPUMEM_INTERVAL=0.2
+# The default socket, which clients find without GPUMEM_SOCKET.
+SOCK=/run/gpumem/allocstats.sock
+export GPUMEM_INTERVAL=0.2
 nvidia-smi --query-gpu=index,uuid,name,driver_version --format=csv
 .bin/gpumem_exporter --nvml.poll-interval=200ms --allocstats.socket=$SOCK >"$OUT/exporter.log" 2>&1 &
 EXP=$!
