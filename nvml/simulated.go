@@ -87,10 +87,8 @@ type Simulator struct {
 	cfg    SimConfig
 	server *server.Server
 
-	mu    sync.Mutex
-	tick  int
-	gpus  [8]*simGPU
-	onOOM []SimOOM
+	mu   sync.Mutex
+	gpus [8]*simGPU
 }
 
 type simGPU struct {
@@ -237,7 +235,6 @@ func (sl *simSlot) used() uint64 { return SimContextBytes + sl.reserved }
 // OnStep.
 func (s *Simulator) Step() {
 	s.mu.Lock()
-	s.tick++
 	var step SimStep
 	for _, g := range s.gpus {
 		for _, sl := range g.slots {
