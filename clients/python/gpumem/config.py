@@ -20,22 +20,24 @@ def disabled(environ=None):
     return env.get("GPUMEM_DISABLE", "").strip().lower() in _TRUE
 
 
-def socket_path(explicit=None, environ=None):
-    if explicit:
-        return str(explicit)
-    env = os.environ if environ is None else environ
-    return env.get("GPUMEM_SOCKET") or DEFAULT_SOCKET
-
-
 def socket_paths(explicit=None, environ=None):
     """Where to look for the daemon, in order. An explicit path or
-    GPUMEM_SOCKET is the only candidate; otherwise the default, then the
-    places a daemon started without root falls back to:
-    $XDG_RUNTIME_DIR/gpumem/ and $TMPDIR (or /tmp)/gpumem-<uid>/, with this
-    process's uid (a researcher runs both as the same user)."""
+    GPUMEM_SOCKET is the only candidate; otherwise default_socket_paths().
+    Every candidate still has to pass the ownership checks in _ownership."""
     env = os.environ if environ is None else environ
-    if explicit or env.get("GPUMEM_SOCKET"):
-        return [socket_path(explicit, env)]
+    given = explicit or env.get("GPUMEM_SOCKET")
+    if given:
+        return [str(given)]
+    return default_socket_paths(env)
+
+
+def default_socket_paths(environ=None):
+    """The candidates without GPUMEM_SOCKET: DEFAULT_SOCKET, then the places
+    a daemon started without root falls back to: $XDG_RUNTIME_DIR/gpumem/ and
+    $TMPDIR (or /tmp)/gpumem-<uid>/, with this process's uid (a researcher
+    runs both as the same user). DEFAULT_SOCKET is read at each call, so a
+    test can point it at a directory of its own."""
+    env = os.environ if environ is None else environ
     paths = [DEFAULT_SOCKET]
     xdg = env.get("XDG_RUNTIME_DIR")
     if xdg:

@@ -17,6 +17,40 @@ import gpumem.client
 from gpumem import _oom, config
 
 
+# The default socket the client ships with. Tests never look there: a daemon
+# running on the host must not receive what a test sends.
+SHIPPED_DEFAULT_SOCKET = config.DEFAULT_SOCKET
+
+ISOLATED_ENV = ("XDG_RUNTIME_DIR", "TMPDIR")
+
+
+class HostIsolation(object):
+    """Points every place the client looks for a daemon by default into
+    root, a test's own directory: config.DEFAULT_SOCKET, $XDG_RUNTIME_DIR
+    and $TMPDIR (GPUMEM_* variables are the test case's business). restore()
+    puts back what it found."""
+
+    def __init__(self, root):
+        self.default_socket = os.path.join(root, "run", "gpumem", "allocstats.sock")
+        self.xdg_runtime_dir = os.path.join(root, "xdg")
+        self.tmpdir = os.path.join(root, "tmp")
+        for d in (os.path.dirname(self.default_socket), self.xdg_runtime_dir, self.tmpdir):
+            os.makedirs(d, mode=0o700)
+        self._saved_default = config.DEFAULT_SOCKET
+        self._saved_env = dict((k, os.environ.get(k)) for k in ISOLATED_ENV)
+        config.DEFAULT_SOCKET = self.default_socket
+        os.environ["XDG_RUNTIME_DIR"] = self.xdg_runtime_dir
+        os.environ["TMPDIR"] = self.tmpdir
+
+    def restore(self):
+        config.DEFAULT_SOCKET = self._saved_default
+        for k, v in self._saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def wait_until(predicate, timeout=5.0, what="condition"):
     deadline = time.monotonic() + timeout
     while True:
@@ -210,13 +244,16 @@ def torch_stats(reserved, active=None, allocated=None, **extra):
 
 class GpumemTestCase(unittest.TestCase):
     """Clean module state around each test: no framework modules, an empty OOM
-    queue, no global client, no GPUMEM_* variables, a temp dir for sockets."""
+    queue, no global client, no GPUMEM_* variables but GPUMEM_SOCKET (a
+    socket in the test's temp dir), and every default socket location in
+    that temp dir too (HostIsolation)."""
 
     FRAMEWORKS = ("torch", "jax", "jax._src", "jax._src.xla_bridge", "cupy")
 
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="gpumem-test-")
         self.sock = os.path.join(self.tmp, "a.sock")
+        self.host = HostIsolation(self.tmp)
         self._saved_modules = dict((k, sys.modules.get(k)) for k in self.FRAMEWORKS)
         for k in self.FRAMEWORKS:
             sys.modules.pop(k, None)
@@ -247,6 +284,7 @@ class GpumemTestCase(unittest.TestCase):
         _oom.events.clear()
         _oom.wake = None
         _oom.registered_to = None
+        self.host.restore()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def daemon(self, **kw):

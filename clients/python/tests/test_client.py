@@ -4,10 +4,11 @@ import threading
 import time
 import warnings
 
-from tests.helpers import FakeDaemon, GpumemTestCase, torch_stats, uuid_for, wait_until
+from tests.helpers import (SHIPPED_DEFAULT_SOCKET, FakeDaemon, GpumemTestCase, HostIsolation, torch_stats,
+                           uuid_for, wait_until)
 import gpumem
 import gpumem.client
-from gpumem import _oom, protocol
+from gpumem import _oom, config, protocol
 
 DEVICE_KEYS = {"uuid", "reserved_bytes", "active_bytes", "allocated_bytes", "inactive_split_bytes",
                "peak_reserved_bytes", "peak_active_bytes", "alloc_retries", "ooms"}
@@ -217,20 +218,51 @@ class FallbackSocketTest(GpumemTestCase):
     def test_finds_a_daemon_that_fell_back_to_xdg_runtime_dir(self):
         # A daemon started without root listens under $XDG_RUNTIME_DIR; a
         # client of the same user finds it without GPUMEM_SOCKET.
-        xdg = os.path.join(self.tmp, "xdg")
-        os.makedirs(os.path.join(xdg, "gpumem"))
-        d = FakeDaemon(os.path.join(xdg, "gpumem", "allocstats.sock"))
+        path = os.path.join(self.host.xdg_runtime_dir, "gpumem", "allocstats.sock")
+        os.mkdir(os.path.dirname(path))
+        d = FakeDaemon(path)
         self.daemons.append(d)
         del os.environ["GPUMEM_SOCKET"]
-        saved = os.environ.get("XDG_RUNTIME_DIR")
-        os.environ["XDG_RUNTIME_DIR"] = xdg
-        try:
-            self.install_torch({0: {"stats": torch_stats(5 << 20)}})
-            c = self.client(socket_path=None)
-            wait_until(lambda: d.messages("stats"), what="stats at the fallback socket")
-            self.assertEqual(c.socket_path, os.path.join(xdg, "gpumem", "allocstats.sock"))
-        finally:
-            if saved is None:
-                del os.environ["XDG_RUNTIME_DIR"]
-            else:
-                os.environ["XDG_RUNTIME_DIR"] = saved
+        self.install_torch({0: {"stats": torch_stats(5 << 20)}})
+        c = self.client(socket_path=None)
+        wait_until(lambda: d.messages("stats"), what="stats at the fallback socket")
+        self.assertEqual(c.socket_path, path)
+
+
+class HostIsolationTest(GpumemTestCase):
+    def test_default_candidates_lie_in_the_tests_own_directory(self):
+        del os.environ["GPUMEM_SOCKET"]
+        for path in gpumem.client.Client(sources=[]).socket_paths:
+            self.assertTrue(path.startswith(self.tmp + os.sep),
+                            "candidate %s is outside the test's directory %s" % (path, self.tmp))
+        self.assertNotIn(SHIPPED_DEFAULT_SOCKET, config.socket_paths())
+
+    def test_a_daemon_at_the_hosts_default_is_never_reached(self):
+        # Play a host: a daemon at its default socket and at its
+        # $XDG_RUNTIME_DIR and $TMPDIR fallbacks, set up as the client
+        # would find them without isolation. A second isolation (what every
+        # test gets in setUp) must hide all three.
+        self.host.restore()
+        outer = HostIsolation(os.path.join(self.tmp, "host"))
+        self.addCleanup(outer.restore)
+        host_paths = config.default_socket_paths()
+        host_daemons = []
+        for path in host_paths:
+            if not os.path.isdir(os.path.dirname(path)):
+                os.mkdir(os.path.dirname(path), 0o700)
+            host_daemons.append(FakeDaemon(path))
+        self.daemons.extend(host_daemons)
+        inner = HostIsolation(os.path.join(self.tmp, "test"))
+        self.addCleanup(inner.restore)
+
+        del os.environ["GPUMEM_SOCKET"]
+        mine = os.path.join(inner.xdg_runtime_dir, "gpumem", "allocstats.sock")
+        os.mkdir(os.path.dirname(mine))
+        d = FakeDaemon(mine)
+        self.daemons.append(d)
+        self.install_torch({0: {"stats": torch_stats(5 << 20)}})
+        c = self.client(socket_path=None, backoff_initial=0.01, backoff_max=0.01)
+        self.assertEqual(set(c.socket_paths) & set(host_paths), set())
+        wait_until(lambda: d.messages("stats"), what="stats at the test's own fallback socket")
+        for path, h in zip(host_paths, host_daemons):
+            self.assertEqual(h.conns, [], "the host's daemon at %s was reached" % path)

@@ -2,7 +2,7 @@ import logging
 import os
 import threading
 
-from tests.helpers import GpumemTestCase, torch_stats
+from tests.helpers import SHIPPED_DEFAULT_SOCKET, GpumemTestCase, torch_stats
 import gpumem
 from gpumem import config
 
@@ -37,20 +37,19 @@ class IntervalTest(GpumemTestCase):
         self.assertEqual(len(logs.records), 1, [r.getMessage() for r in logs.records])
         self.assertIn("GPUMEM_INTERVAL", logs.records[0].getMessage())
 
-    def test_socket_path(self):
-        self.assertEqual(config.socket_path(), self.sock)
-        self.assertEqual(config.socket_path("/x.sock"), "/x.sock")
-        del os.environ["GPUMEM_SOCKET"]
-        self.assertEqual(config.socket_path(), "/run/gpumem/allocstats.sock")
-
     def test_socket_paths_follow_the_daemons_fallbacks_unless_one_is_given(self):
         env = {"XDG_RUNTIME_DIR": "/run/user/1000", "TMPDIR": "/scratch"}
         self.assertEqual(config.socket_paths(environ=env), [
-            "/run/gpumem/allocstats.sock",
+            config.DEFAULT_SOCKET,
             "/run/user/1000/gpumem/allocstats.sock",
             "/scratch/gpumem-%d/allocstats.sock" % os.getuid(),
         ])
         self.assertEqual(config.socket_paths(environ={}), [
-            "/run/gpumem/allocstats.sock", "/tmp/gpumem-%d/allocstats.sock" % os.getuid()])
+            config.DEFAULT_SOCKET, "/tmp/gpumem-%d/allocstats.sock" % os.getuid()])
         self.assertEqual(config.socket_paths(environ=dict(env, GPUMEM_SOCKET="/s.sock")), ["/s.sock"])
         self.assertEqual(config.socket_paths("/x.sock", environ=env), ["/x.sock"])
+        self.assertEqual(config.socket_paths(), [self.sock])
+
+    def test_the_shipped_default_is_the_daemons(self):
+        self.assertEqual(SHIPPED_DEFAULT_SOCKET, "/run/gpumem/allocstats.sock")
+        self.assertNotEqual(config.DEFAULT_SOCKET, SHIPPED_DEFAULT_SOCKET, "tests must not use the host's socket")
