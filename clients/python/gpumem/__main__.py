@@ -13,14 +13,20 @@ import json
 import socket
 import sys
 
-from . import __version__, client, config, protocol
+from . import __version__, _ownership, client, config, protocol
 
 
 def _reachable(path, timeout=1.0):
+    try:
+        target = _ownership.resolve(path)
+    except _ownership.Untrusted as e:
+        return False, "refused: %s" % (e,)
+    except (OSError, ValueError) as e:
+        return False, "not reachable: %s" % (e,)
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(timeout)
     try:
-        s.connect(path)
+        s.connect(target)
         return True, "reachable"
     except (OSError, ValueError) as e:
         return False, "not reachable: %s" % (e,)
@@ -30,10 +36,11 @@ def _reachable(path, timeout=1.0):
 
 def _send_once(path, msgs, timeout=1.0):
     """Send msgs on one connection; return the daemon's welcome (or None)."""
+    target = _ownership.resolve(path)
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(timeout)
     try:
-        s.connect(path)
+        s.connect(target)
         s.sendall(protocol.encode(msgs[0]))
         welcome = None
         try:
@@ -98,6 +105,9 @@ def main(argv=None):
         return 0
     try:
         welcome = _send_once(path, msgs)
+    except _ownership.Untrusted as e:
+        print("gpumem: socket %s: refused: %s" % (path, e), file=sys.stderr)
+        return 1
     except (OSError, ValueError) as e:
         print("gpumem: socket %s: send failed: %s" % (path, e), file=sys.stderr)
         return 1

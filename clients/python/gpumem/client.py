@@ -15,7 +15,7 @@ import socket
 import threading
 import time
 
-from . import _cuda, _oom, config, protocol, sources as _sources
+from . import _cuda, _oom, _ownership, config, protocol, sources as _sources
 
 log = logging.getLogger("gpumem")
 
@@ -54,6 +54,7 @@ class Client(object):
 
         self.server = None  # the daemon's "server" from its welcome
         self.connects = 0  # connections made
+        self.connect_attempts = 0  # passes over the candidate sockets
         self.dropped_lines = 0  # lines not sent because a send failed
 
         self._sock = None
@@ -155,10 +156,20 @@ class Client(object):
     def _connect(self):
         s, err = None, None
         for path in self.socket_paths:
+            try:
+                target = _ownership.resolve(path)
+            except _ownership.Untrusted as e:
+                self._log_once("untrusted %s %s" % (path, e), logging.WARNING,
+                               "gpumem: not connecting to %s: %s", path, e)
+                continue
+            except (OSError, ValueError) as e:
+                if err is None or getattr(err, "errno", None) in _NO_DAEMON:
+                    err = e
+                continue
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
                 s.settimeout(self.connect_timeout)
-                s.connect(path)
+                s.connect(target)
                 s.settimeout(self.send_timeout)
                 self.socket_path = path
                 break
@@ -168,6 +179,7 @@ class Client(object):
                 # Report the first failure that is not "nobody there".
                 if err is None or getattr(err, "errno", None) in _NO_DAEMON:
                     err = e
+        self.connect_attempts += 1  # once every candidate has been tried
         if s is None:
             self._connect_failed(err)
             return False
@@ -190,7 +202,9 @@ class Client(object):
 
     def _connect_failed(self, e):
         code = getattr(e, "errno", None)
-        if code in _NO_DAEMON:
+        if e is None:
+            pass  # every candidate was refused, and each refusal was logged
+        elif code in _NO_DAEMON:
             self._log_once("no-daemon", logging.INFO, "gpumem: no daemon at %s; will retry",
                            " or ".join(self.socket_paths))
         elif isinstance(e, socket.timeout) or code in (errno.EAGAIN, errno.EWOULDBLOCK):
