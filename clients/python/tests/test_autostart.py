@@ -9,7 +9,7 @@ import sys
 import textwrap
 
 from tests import PACKAGE_ROOT
-from tests.helpers import GpumemTestCase, wait_until
+from tests.helpers import FakeDaemon, GpumemTestCase, wait_until
 
 AUTOSTART = os.path.join(PACKAGE_ROOT, "autostart")
 
@@ -33,7 +33,9 @@ STAND_IN_TORCH = textwrap.dedent('''
 PROBE = textwrap.dedent('''
     import json, os, sys
     out = {"hook": any(getattr(f, "_gpumem_hook", False) for f in sys.meta_path),
-           "gpumem_before": "gpumem" in sys.modules}
+           "gpumem_before": "gpumem" in sys.modules,
+           "socket_before": "socket" in sys.modules,
+           "sys_path_before": list(sys.path)}
     if os.environ.get("PROBE_IMPORT"):
         import torch
         loader = torch.__spec__.loader
@@ -45,6 +47,23 @@ PROBE = textwrap.dedent('''
     c = sys.modules.get("gpumem.client")
     out["running"] = bool(c and c._client and c._client.running())
     out["chained"] = os.environ.get("CHAINED_SITECUSTOMIZE")
+    out["sys_path_after"] = list(sys.path)
+    out["gpumem_file"] = getattr(sys.modules.get("gpumem"), "__file__", None)
+    import importlib.util
+    spec = importlib.util.find_spec("tests")
+    out["tests_found"] = spec and (spec.origin or list(spec.submodule_search_locations))
+    if os.environ.get("PROBE_READ_ONLY_DIR"):
+        try:
+            open(os.path.join(os.environ["PROBE_READ_ONLY_DIR"], "probe"), "w").close()
+            out["read_only"] = False
+        except OSError:
+            out["read_only"] = True
+    if out["running"] and os.environ.get("PROBE_WAIT_CONNECTED"):
+        import time
+        deadline = time.time() + 10
+        while time.time() < deadline and not c._client.connects:
+            time.sleep(0.01)
+        out["connected"] = c._client.connects > 0
     print(json.dumps(out))
 ''')
 
@@ -61,18 +80,60 @@ class SubprocessTestCase(GpumemTestCase):
         with open(os.path.join(self.mods, "torch", "__init__.py"), "w") as f:
             f.write(STAND_IN_TORCH % {"initialized": initialized})
 
-    def run_python(self, args, pythonpath, **env):
+    def run_python(self, args, pythonpath, python=None, preexec_fn=None, **env):
         e = dict((k, v) for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSTARTUP"))
         e.update(env)
         e["PYTHONPATH"] = os.pathsep.join(pythonpath)
-        p = subprocess.run([sys.executable] + args, cwd=self.tmp, env=e, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, timeout=20, universal_newlines=True)
+        # A fresh interpreter does not share the test's isolation of the
+        # default socket: it must be told where its daemon is.
+        self.assertTrue(e.get("GPUMEM_SOCKET"), "a subprocess without GPUMEM_SOCKET could reach the host's daemon")
+        p = subprocess.run([python or sys.executable] + args, cwd=self.tmp, env=e, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, timeout=60, universal_newlines=True, preexec_fn=preexec_fn)
         return p
 
 
+def tree(root):
+    """Every path under root, relative, sorted."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        for n in dirnames + filenames:
+            out.append(os.path.relpath(os.path.join(dirpath, n), root))
+    return sorted(out)
+
+
+def make_read_only(root):
+    for dirpath, dirnames, filenames in os.walk(root):
+        for n in filenames:
+            os.chmod(os.path.join(dirpath, n), 0o444)
+        os.chmod(dirpath, 0o555)
+
+
+def make_writable(root):
+    for dirpath, dirnames, filenames in os.walk(root):
+        os.chmod(dirpath, 0o755)
+
+
+def without_root_file_access():
+    """For root: a preexec_fn that drops CAP_DAC_OVERRIDE and
+    CAP_DAC_READ_SEARCH from the bounding set, so that the exec'd child obeys
+    file modes like a read-only mount. None for other users (modes apply)."""
+    if os.geteuid() != 0 or not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved before the fork
+    PR_CAPBSET_DROP, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH = 24, 1, 2
+
+    def drop():
+        for cap in (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH):
+            prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
+
+    return drop
+
+
 class SitecustomizeTest(SubprocessTestCase):
-    def probe(self, pythonpath=None, **env):
-        p = self.run_python(["-c", PROBE], pythonpath or [AUTOSTART, self.mods], **env)
+    def probe(self, pythonpath=None, preexec_fn=None, **env):
+        p = self.run_python(["-c", PROBE], pythonpath or [AUTOSTART, self.mods], preexec_fn=preexec_fn, **env)
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertEqual(p.stderr, "")
         return json.loads(p.stdout)
@@ -112,11 +173,50 @@ class SitecustomizeTest(SubprocessTestCase):
         data = os.path.join(self.tmp, "cm", "..data")
         os.makedirs(data)
         os.makedirs(os.path.join(root, "autostart"))
-        shutil.copy(os.path.join(AUTOSTART, "sitecustomize.py"), os.path.join(data, "sitecustomize.py"))
-        os.symlink(os.path.join(data, "sitecustomize.py"), os.path.join(root, "autostart", "sitecustomize.py"))
+        for name in ("sitecustomize.py", "gpumem_autostart.py"):
+            shutil.copy(os.path.join(AUTOSTART, name), os.path.join(data, name))
+            os.symlink(os.path.join(data, name), os.path.join(root, "autostart", name))
         shutil.copytree(os.path.join(PACKAGE_ROOT, "gpumem"), os.path.join(root, "gpumem"),
                         ignore=shutil.ignore_patterns("__pycache__"))
         self.assertTrue(self.probe([os.path.join(root, "autostart"), self.mods], PROBE_IMPORT="1")["running"])
+
+    def test_only_the_hook_until_a_framework_then_no_tests_package(self):
+        # The repository layout: clients/python holds gpumem/, autostart/ and
+        # tests/. Neither before nor after torch is imported may `import
+        # tests` find the client's tests.
+        out = self.probe(PROBE_IMPORT="1")
+        self.assertTrue(out["running"])
+        self.assertFalse(out["socket_before"], "the hook imports nothing heavy at startup")
+        self.assertEqual(out["sys_path_before"], out["sys_path_after"], "the hook changed sys.path")
+        self.assertNotIn(PACKAGE_ROOT, [os.path.realpath(p) for p in out["sys_path_after"] if p])
+        self.assertEqual(out["gpumem_file"], os.path.join(PACKAGE_ROOT, "gpumem", "__init__.py"))
+        self.assertIsNone(out["tests_found"], "import tests finds %s" % (out["tests_found"],))
+
+    def test_csi_layout_read_only_next_to_the_socket(self):
+        # In Kubernetes the client is mounted read-only at /run/gpumem/python
+        # (gpumem/ and autostart/) next to /run/gpumem/allocstats.sock.
+        run = os.path.join(self.tmp, "run", "gpumem")
+        python_dir = os.path.join(run, "python")
+        for name in ("gpumem", "autostart"):
+            shutil.copytree(os.path.join(PACKAGE_ROOT, name), os.path.join(python_dir, name),
+                            ignore=shutil.ignore_patterns("__pycache__"))
+        before = tree(python_dir)
+        make_read_only(python_dir)
+        self.addCleanup(make_writable, python_dir)
+        self.write_torch(initialized=True)
+        sock = os.path.join(run, "allocstats.sock")
+        d = FakeDaemon(sock)
+        self.daemons.append(d)
+        out = self.probe([os.path.join(python_dir, "autostart"), self.mods], preexec_fn=without_root_file_access(),
+                         PROBE_IMPORT="1", PROBE_WAIT_CONNECTED="1", PROBE_READ_ONLY_DIR=python_dir,
+                         GPUMEM_SOCKET=sock, GPUMEM_INTERVAL="0.05")
+        if not out["read_only"]:
+            self.skipTest("cannot make a directory read-only for the subprocess here")
+        self.assertTrue(out["connected"], out)
+        self.assertEqual(out["gpumem_file"], os.path.join(python_dir, "gpumem", "__init__.py"))
+        self.assertIsNone(out["tests_found"])
+        self.assertEqual(tree(python_dir), before, "the client wrote into its read-only directory")
+        wait_until(lambda: d.messages("stats"), what="stats from the read-only client")
 
     def test_chains_to_a_shadowed_sitecustomize(self):
         other = os.path.join(self.tmp, "other")
