@@ -201,15 +201,17 @@ class SitecustomizeTest(SubprocessTestCase):
             shutil.copytree(os.path.join(PACKAGE_ROOT, name), os.path.join(python_dir, name),
                             ignore=shutil.ignore_patterns("__pycache__"))
         before = tree(python_dir)
-        make_read_only(python_dir)
-        self.addCleanup(make_writable, python_dir)
         self.write_torch(initialized=True)
         sock = os.path.join(run, "allocstats.sock")
         d = FakeDaemon(sock)
         self.daemons.append(d)
-        out = self.probe([os.path.join(python_dir, "autostart"), self.mods], preexec_fn=without_root_file_access(),
-                         PROBE_IMPORT="1", PROBE_WAIT_CONNECTED="1", PROBE_READ_ONLY_DIR=python_dir,
-                         GPUMEM_SOCKET=sock, GPUMEM_INTERVAL="0.05")
+        make_read_only(python_dir)
+        try:
+            out = self.probe([os.path.join(python_dir, "autostart"), self.mods],
+                             preexec_fn=without_root_file_access(), PROBE_IMPORT="1", PROBE_WAIT_CONNECTED="1",
+                             PROBE_READ_ONLY_DIR=python_dir, GPUMEM_SOCKET=sock, GPUMEM_INTERVAL="0.05")
+        finally:
+            make_writable(python_dir)  # else tearDown could not remove it
         if not out["read_only"]:
             self.skipTest("cannot make a directory read-only for the subprocess here")
         self.assertTrue(out["connected"], out)
