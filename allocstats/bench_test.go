@@ -16,7 +16,7 @@ func BenchmarkStoreProcesses(b *testing.B) {
 		reports[i] = DeviceReport{UUID: fmt.Sprintf("GPU-%08x-0000-0000-0000-000000000000", i), Reserved: 1 << 30, Active: Some(1 << 29), AllocRetries: Some(1), OOMs: Some(0)}
 	}
 	for pid := uint32(1); pid <= 1000; pid++ {
-		if _, err := s.stats(nil, identity{pid: pid, startTime: 1}, reports, t0, DefaultMaxDevices); err != nil {
+		if _, err := s.stats(nil, Identity{PID: pid, StartTime: 1}, reports, t0, DefaultMaxDevices); err != nil {
 			b.Fatal(err)
 		}
 	}

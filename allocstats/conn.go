@@ -26,7 +26,7 @@ type welcome struct {
 type connection struct {
 	s      *Server
 	c      *net.UnixConn
-	id     identity
+	id     Identity
 	logger log.Logger
 	// entry is the store entry the connection feeds, nil before its first
 	// accepted message.
@@ -48,7 +48,7 @@ func (s *Server) handle(c *net.UnixConn) {
 		lvl(s.logger).Log("msg", "Closing allocstats connection without peer credentials", "err", err)
 		return
 	}
-	id := identity{pid: pid, uid: uid}
+	id := Identity{PID: pid, UID: uid}
 	if s.cfg.StartTime != nil {
 		st, err := s.cfg.StartTime(pid)
 		if err != nil {
@@ -57,7 +57,7 @@ func (s *Server) handle(c *net.UnixConn) {
 			s.startTimeWarn.Do(func() { lvl = level.Warn })
 			lvl(s.logger).Log("msg", "Cannot read the start time of a connecting process; pid reuse will go unnoticed for it", "pid", pid, "err", err)
 		} else {
-			id.startTime = st
+			id.StartTime = st
 		}
 	}
 	conn := &connection{
@@ -66,7 +66,7 @@ func (s *Server) handle(c *net.UnixConn) {
 		id:     id,
 		logger: log.With(s.logger, "pid", pid, "uid", uid),
 	}
-	level.Debug(conn.logger).Log("msg", "allocstats connection opened", "start_time", id.startTime)
+	level.Debug(conn.logger).Log("msg", "allocstats connection opened", "start_time", id.StartTime)
 	err = conn.serve()
 	s.store.release(conn.entry, s.now())
 	level.Debug(conn.logger).Log("msg", "allocstats connection closed", "reason", err)

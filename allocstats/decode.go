@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"unicode/utf8"
-
-	"github.com/gpumem/gpumem_exporter/nvml"
 )
 
 // Message types as they appear in the type label of
@@ -58,7 +56,7 @@ func (o Optional) Ptr() *uint64 {
 // DeviceReport is one decoded entry of a stats message: the allocator state
 // of one device in the sending process.
 type DeviceReport struct {
-	UUID          string // normalised with nvml.NormalizeUUID
+	UUID          string // normalised with NormalizeUUID
 	Reserved      uint64
 	Active        Optional
 	Allocated     Optional
@@ -312,7 +310,7 @@ func uuidField(name string, raw json.RawMessage) (string, error) {
 	if !ok {
 		return "", fmt.Errorf("%q is not a string", name)
 	}
-	uuid, ok := nvml.NormalizeUUID(s)
+	uuid, ok := NormalizeUUID(s)
 	if !ok || !printableASCII(uuid) {
 		return "", fmt.Errorf("%q is not a GPU or MIG UUID: %.60q", name, s)
 	}

@@ -21,5 +21,4 @@ const (
 	DefaultIdleTimeout     = 5 * time.Minute
 	DefaultInterval        = time.Second
 	DefaultTTL             = 2 * time.Minute
-	DefaultOOMReports      = 32
 )

@@ -203,7 +203,7 @@ func TestServerTakesIdentityFromTheKernelNotTheMessage(t *testing.T) {
 		t.Error("the pid in the message was used")
 	}
 	p := mustProcess(t, ts.store, uint32(os.Getpid()))
-	if p.UID != uint32(os.Getuid()) || p.StartTime != 777 || !p.Connected || p.Synthetic {
+	if p.UID != uint32(os.Getuid()) || p.StartTime != 777 || !p.Connected {
 		t.Errorf("process = %+v, want uid %d, start time 777, connected", p, os.Getuid())
 	}
 	if d := mustDevice(t, p, testUUID); d.Reserved != 918 {

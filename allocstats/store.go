@@ -7,8 +7,6 @@ import (
 	"sort"
 	"sync"
 	"time"
-
-	"github.com/gpumem/gpumem_exporter/nvml"
 )
 
 // DeviceStats is the allocator state of one process on one device.
@@ -55,7 +53,6 @@ type Process struct {
 	FrameworkVersion string
 	Client           string
 	Connected        bool // at least one connection of the process is open
-	Synthetic        bool // fed by the simulated backend, not a socket
 	Devices          []DeviceStats
 }
 
@@ -78,7 +75,6 @@ type OOMEvent struct {
 	Requested uint64 // bytes the failed allocation asked for
 	Limit     Optional
 	Free      Optional
-	Synthetic bool
 }
 
 // errProcessGone: the connection's process entry was removed (pruned or
@@ -87,7 +83,7 @@ var errProcessGone = errors.New("the process's entry was removed from the store"
 
 // Store keeps the latest allocator state per process and device. It is safe
 // for concurrent use. Its size is bounded by the number of live connections,
-// the disconnected processes within the TTL, the synthetic processes and
+// the disconnected or fed processes within the TTL, and
 // the devices-per-process cap.
 type Store struct {
 	ttl time.Duration
@@ -107,7 +103,6 @@ type procEntry struct {
 	framework        string
 	frameworkVersion string
 	client           string
-	synthetic        bool
 	conns            int       // open connections bound to the entry
 	disconnectedAt   time.Time // when conns last fell to 0
 	removed          bool
@@ -194,7 +189,6 @@ func (e *procEntry) snapshot(devs []DeviceStats) Process {
 		FrameworkVersion: e.frameworkVersion,
 		Client:           e.client,
 		Connected:        e.conns > 0,
-		Synthetic:        e.synthetic,
 		Devices:          devs,
 	}
 }
@@ -217,8 +211,8 @@ func (s *Store) Len() int {
 	return len(s.sorted)
 }
 
-// Prune is called once per NVML poll. It drops every non-synthetic process
-// that alive says is gone (alive must answer true when it cannot tell), and
+// Prune is called once per NVML poll. It drops every process that alive
+// says is gone (alive must answer true when it cannot tell), and
 // every process whose connections have all been closed for at least the
 // TTL. alive is called without the store's lock held; it may be nil.
 func (s *Store) Prune(now time.Time, alive func(pid uint32, startTime uint64) bool) {
@@ -232,9 +226,7 @@ func (s *Store) Prune(now time.Time, alive func(pid uint32, startTime uint64) bo
 		s.mu.RLock()
 		check = make([]candidate, 0, len(s.sorted))
 		for _, e := range s.sorted {
-			if !e.synthetic {
-				check = append(check, candidate{e, e.pid, e.startTime})
-			}
+			check = append(check, candidate{e, e.pid, e.startTime})
 		}
 		s.mu.RUnlock()
 	}
@@ -249,7 +241,7 @@ func (s *Store) Prune(now time.Time, alive func(pid uint32, startTime uint64) bo
 	defer s.mu.Unlock()
 	kept := s.sorted[:0]
 	for _, e := range s.sorted {
-		expired := !e.synthetic && e.conns == 0 && now.Sub(e.disconnectedAt) >= s.ttl
+		expired := e.conns == 0 && now.Sub(e.disconnectedAt) >= s.ttl
 		if dead[e] || expired {
 			s.dropLocked(e)
 			continue
@@ -260,7 +252,7 @@ func (s *Store) Prune(now time.Time, alive func(pid uint32, startTime uint64) bo
 	s.sorted = kept
 }
 
-// Remove drops the process pid, synthetic or not.
+// Remove drops the process pid.
 func (s *Store) Remove(pid uint32) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -308,39 +300,41 @@ func (s *Store) putLocked(e *procEntry) {
 	s.sorted[i] = e
 }
 
-// identity is who the kernel says a connection's peer is.
-type identity struct {
-	pid, uid  uint32
-	startTime uint64 // 0: unknown
+// Identity is who sent a message: the pid and uid the kernel gives for a
+// connection's peer, and the process's start time (clock ticks since boot,
+// /proc/<pid>/stat field 22; 0 when unknown).
+type Identity struct {
+	PID, UID  uint32
+	StartTime uint64
 }
 
 // sameProcess reports whether the entry describes the process id. A start
 // time of 0 is unknown and matches any.
-func (e *procEntry) sameProcess(id identity) bool {
-	return !e.synthetic && e.pid == id.pid &&
-		(e.startTime == id.startTime || e.startTime == 0 || id.startTime == 0)
+func (e *procEntry) sameProcess(id Identity) bool {
+	return e.pid == id.PID &&
+		(e.startTime == id.StartTime || e.startTime == 0 || id.StartTime == 0)
 }
 
 // bindLocked returns the entry a connection's message goes to. bound is the
 // entry the connection bound to before (nil at first). A connection binds at
 // its first accepted message: to the entry of the same process if there is
 // one (a reconnect within the TTL keeps its counters), else to a new entry
-// that replaces any other of the same pid (a reused pid, or a synthetic
+// that replaces any other of the same pid (a reused pid, or a fed
 // entry). A connection whose entry was removed since gets errProcessGone.
-func (s *Store) bindLocked(bound *procEntry, id identity) (*procEntry, error) {
+func (s *Store) bindLocked(bound *procEntry, id Identity) (*procEntry, error) {
 	if bound != nil {
 		if bound.removed {
 			return nil, errProcessGone
 		}
 		return bound, nil
 	}
-	e, ok := s.procs[id.pid]
+	e, ok := s.procs[id.PID]
 	if ok && e.sameProcess(id) {
 		if e.startTime == 0 {
-			e.startTime = id.startTime
+			e.startTime = id.StartTime
 		}
 	} else {
-		e = &procEntry{pid: id.pid, uid: id.uid, startTime: id.startTime}
+		e = &procEntry{pid: id.PID, uid: id.UID, startTime: id.StartTime}
 		s.putLocked(e)
 	}
 	e.conns++
@@ -362,7 +356,7 @@ func (s *Store) release(e *procEntry, now time.Time) {
 }
 
 // hello records a hello message of a connection and returns its entry.
-func (s *Store) hello(bound *procEntry, id identity, h Hello) (*procEntry, error) {
+func (s *Store) hello(bound *procEntry, id Identity, h Hello) (*procEntry, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, err := s.bindLocked(bound, id)
@@ -374,7 +368,7 @@ func (s *Store) hello(bound *procEntry, id identity, h Hello) (*procEntry, error
 }
 
 // stats applies a validated stats message of a connection.
-func (s *Store) stats(bound *procEntry, id identity, devices []DeviceReport, now time.Time, maxDevices int) (*procEntry, error) {
+func (s *Store) stats(bound *procEntry, id Identity, devices []DeviceReport, now time.Time, maxDevices int) (*procEntry, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.checkCapLocked(bound, id, devices, maxDevices); err != nil {
@@ -390,13 +384,13 @@ func (s *Store) stats(bound *procEntry, id identity, devices []DeviceReport, now
 
 // checkCapLocked fails when applying devices would give the process more
 // than maxDevices devices, without changing anything.
-func (s *Store) checkCapLocked(bound *procEntry, id identity, devices []DeviceReport, maxDevices int) error {
+func (s *Store) checkCapLocked(bound *procEntry, id Identity, devices []DeviceReport, maxDevices int) error {
 	if maxDevices <= 0 {
 		return nil
 	}
 	e := bound
 	if e == nil {
-		if cur, ok := s.procs[id.pid]; ok && cur.sameProcess(id) {
+		if cur, ok := s.procs[id.PID]; ok && cur.sameProcess(id) {
 			e = cur
 		}
 	}
@@ -466,7 +460,7 @@ func (s *Store) deviceLocked(e *procEntry, uuid string) *deviceEntry {
 }
 
 // oom records an oom message of a connection.
-func (s *Store) oom(bound *procEntry, id identity, m OOMMessage, now time.Time, maxDevices int) (*procEntry, OOMEvent, error) {
+func (s *Store) oom(bound *procEntry, id Identity, m OOMMessage, now time.Time, maxDevices int) (*procEntry, OOMEvent, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.checkCapLocked(bound, id, []DeviceReport{{UUID: m.UUID}}, maxDevices); err != nil {
@@ -493,74 +487,49 @@ func (s *Store) recordOOMLocked(e *procEntry, m OOMMessage, now time.Time) OOMEv
 		Requested: m.RequestedBytes,
 		Limit:     m.LimitBytes,
 		Free:      m.FreeBytes,
-		Synthetic: e.synthetic,
 	}
 }
 
-// syntheticLocked returns the synthetic entry of pid, creating it if there
-// is none. It returns nil when a real (socket) process holds the pid: real
-// processes win.
-func (s *Store) syntheticLocked(pid uint32) *procEntry {
-	e, ok := s.procs[pid]
-	if ok {
-		if !e.synthetic {
-			return nil
-		}
-		return e
-	}
-	e = &procEntry{pid: pid, synthetic: true}
-	s.putLocked(e)
-	return e
-}
-
-// ApplySynthetic is used by the simulated backend: the same as a stats
-// message from pid, with the framework of a hello (when not empty). The
-// entry is marked Synthetic, has start time 0 and is never removed by
-// Prune, only by Remove. UUIDs are normalised where they parse; devices
-// beyond DefaultMaxDevices per process are ignored. Nothing happens when a
-// real process that reports over the socket holds pid.
-func (s *Store) ApplySynthetic(pid uint32, framework string, devices []DeviceReport, now time.Time) {
-	reports := make([]DeviceReport, 0, len(devices))
-	for _, d := range devices {
-		if u, ok := nvml.NormalizeUUID(d.UUID); ok {
-			d.UUID = u
-		}
-		reports = append(reports, d)
-	}
+// Feed applies a stats message from a process that reports without a
+// connection (the simulated node), as if it came over the socket from id.
+// Its entry is kept for the TTL after the last Feed, or until Remove or
+// Prune finds the process gone. framework, if not empty, is recorded as a
+// hello would.
+func (s *Store) Feed(id Identity, framework string, devices []DeviceReport, now time.Time) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.syntheticLocked(pid)
-	if e == nil {
-		return
+	if err := s.checkCapLocked(nil, id, devices, DefaultMaxDevices); err != nil {
+		return err
 	}
+	e := s.feedEntryLocked(id, now)
 	if framework != "" {
 		e.framework = Sanitize(framework)
 	}
-	for _, r := range reports {
-		if e.device(r.UUID) == nil && len(e.devices) >= DefaultMaxDevices {
-			continue
-		}
-		s.applyLocked(e, []DeviceReport{r}, now)
-	}
+	s.applyLocked(e, devices, now)
+	return nil
 }
 
-// RecordOOMSynthetic is used by the simulated backend: the same as an oom
-// message from pid. It returns the event for the caller to pass on (to
-// OOMReports.Record, as the server does with Config.OnOOM); ok is false
-// when nothing was recorded because a real process holds pid or the
-// device cap is reached.
-func (s *Store) RecordOOMSynthetic(pid uint32, uuid string, requested uint64, now time.Time) (ev OOMEvent, ok bool) {
-	if u, valid := nvml.NormalizeUUID(uuid); valid {
-		uuid = u
-	}
+// FeedOOM records an oom message of a process that reports without a
+// connection, as Feed does for stats.
+func (s *Store) FeedOOM(id Identity, m OOMMessage, now time.Time) (OOMEvent, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.syntheticLocked(pid)
-	if e == nil {
-		return OOMEvent{}, false
+	if err := s.checkCapLocked(nil, id, []DeviceReport{{UUID: m.UUID}}, DefaultMaxDevices); err != nil {
+		return OOMEvent{}, err
 	}
-	if e.device(uuid) == nil && len(e.devices) >= DefaultMaxDevices {
-		return OOMEvent{}, false
+	return s.recordOOMLocked(s.feedEntryLocked(id, now), m, now), nil
+}
+
+// feedEntryLocked returns the entry of id, created (replacing one of an
+// earlier holder of the pid) if needed, with its TTL restarted at now.
+func (s *Store) feedEntryLocked(id Identity, now time.Time) *procEntry {
+	e, ok := s.procs[id.PID]
+	if !ok || !e.sameProcess(id) {
+		e = &procEntry{pid: id.PID, uid: id.UID, startTime: id.StartTime}
+		s.putLocked(e)
 	}
-	return s.recordOOMLocked(e, OOMMessage{UUID: uuid, RequestedBytes: requested}, now), true
+	if e.conns == 0 {
+		e.disconnectedAt = now
+	}
+	return e
 }

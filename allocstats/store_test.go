@@ -8,11 +8,11 @@ import (
 var t0 = time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
 
 // mustStats applies a stats message as the connection bound to bound.
-func mustStats(t *testing.T, s *Store, bound *procEntry, id identity, now time.Time, reports ...DeviceReport) *procEntry {
+func mustStats(t *testing.T, s *Store, bound *procEntry, id Identity, now time.Time, reports ...DeviceReport) *procEntry {
 	t.Helper()
 	e, err := s.stats(bound, id, reports, now, DefaultMaxDevices)
 	if err != nil {
-		t.Fatalf("applying stats of pid %d: %v", id.pid, err)
+		t.Fatalf("applying stats of pid %d: %v", id.PID, err)
 	}
 	return e
 }
@@ -37,7 +37,7 @@ func mustDevice(t *testing.T, p Process, uuid string) DeviceStats {
 
 func TestCountersNeverDecreaseWhenTheClientResetsThem(t *testing.T) {
 	s := NewStore(time.Minute)
-	id := identity{pid: 100, startTime: 7}
+	id := Identity{PID: 100, StartTime: 7}
 	var e *procEntry
 	steps := []struct {
 		raw  Optional
@@ -70,7 +70,7 @@ func TestCounterSaturatesInsteadOfWrapping(t *testing.T) {
 
 func TestStatsReplaceTheDeviceStateButKeepOOMInfo(t *testing.T) {
 	s := NewStore(time.Minute)
-	id := identity{pid: 1, startTime: 1}
+	id := Identity{PID: 1, StartTime: 1}
 	e := mustStats(t, s, nil, id, t0, DeviceReport{UUID: testUUID, Reserved: 100, Active: Some(60), Limit: Some(1000)})
 	if _, _, err := s.oom(e, id, OOMMessage{UUID: testUUID, RequestedBytes: 916}, t0.Add(time.Second), DefaultMaxDevices); err != nil {
 		t.Fatal(err)
@@ -88,7 +88,7 @@ func TestStatsReplaceTheDeviceStateButKeepOOMInfo(t *testing.T) {
 
 func TestOOMBeforeStatsCreatesADeviceWithoutStats(t *testing.T) {
 	s := NewStore(time.Minute)
-	_, ev, err := s.oom(nil, identity{pid: 3, uid: 1000, startTime: 9}, OOMMessage{UUID: testUUID, RequestedBytes: 5, FreeBytes: Some(4)}, t0, DefaultMaxDevices)
+	_, ev, err := s.oom(nil, Identity{PID: 3, UID: 1000, StartTime: 9}, OOMMessage{UUID: testUUID, RequestedBytes: 5, FreeBytes: Some(4)}, t0, DefaultMaxDevices)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,21 +123,21 @@ func TestInactiveIsReservedMinusActiveClampedAtZero(t *testing.T) {
 
 func TestAReusedPIDReplacesTheEntry(t *testing.T) {
 	s := NewStore(time.Minute)
-	old := mustStats(t, s, nil, identity{pid: 42, startTime: 100}, t0, DeviceReport{UUID: testUUID, Reserved: 1, OOMs: Some(5)})
-	mustStats(t, s, nil, identity{pid: 42, startTime: 200}, t0, DeviceReport{UUID: testUUID2, Reserved: 2, OOMs: Some(1)})
+	old := mustStats(t, s, nil, Identity{PID: 42, StartTime: 100}, t0, DeviceReport{UUID: testUUID, Reserved: 1, OOMs: Some(5)})
+	mustStats(t, s, nil, Identity{PID: 42, StartTime: 200}, t0, DeviceReport{UUID: testUUID2, Reserved: 2, OOMs: Some(1)})
 	p := mustProcess(t, s, 42)
 	if p.StartTime != 200 || len(p.Devices) != 1 || p.Devices[0].UUID != testUUID2 || p.Devices[0].OOMs != Some(1) {
 		t.Errorf("after pid reuse the process is %+v, want only the new process's device with ooms 1", p)
 	}
-	if _, err := s.stats(old, identity{pid: 42, startTime: 100}, []DeviceReport{{UUID: testUUID, Reserved: 9}}, t0, DefaultMaxDevices); err != errProcessGone {
+	if _, err := s.stats(old, Identity{PID: 42, StartTime: 100}, []DeviceReport{{UUID: testUUID, Reserved: 9}}, t0, DefaultMaxDevices); err != errProcessGone {
 		t.Errorf("a message on the replaced process's connection: err = %v, want errProcessGone", err)
 	}
 }
 
 func TestASecondConnectionOfTheSameProcessSharesItsEntry(t *testing.T) {
 	s := NewStore(time.Minute)
-	a := mustStats(t, s, nil, identity{pid: 7, startTime: 1}, t0, DeviceReport{UUID: testUUID, Reserved: 1, OOMs: Some(3)})
-	b := mustStats(t, s, nil, identity{pid: 7, startTime: 1}, t0, DeviceReport{UUID: testUUID2, Reserved: 2})
+	a := mustStats(t, s, nil, Identity{PID: 7, StartTime: 1}, t0, DeviceReport{UUID: testUUID, Reserved: 1, OOMs: Some(3)})
+	b := mustStats(t, s, nil, Identity{PID: 7, StartTime: 1}, t0, DeviceReport{UUID: testUUID2, Reserved: 2})
 	if a != b {
 		t.Fatal("two connections of one process got different entries")
 	}
@@ -153,24 +153,29 @@ func TestASecondConnectionOfTheSameProcessSharesItsEntry(t *testing.T) {
 
 func TestPruneDropsDeadAndExpiredProcessesOnly(t *testing.T) {
 	s := NewStore(time.Minute)
-	live := mustStats(t, s, nil, identity{pid: 1, startTime: 1}, t0, DeviceReport{UUID: testUUID, Reserved: 1})
-	dead := mustStats(t, s, nil, identity{pid: 2, startTime: 2}, t0, DeviceReport{UUID: testUUID, Reserved: 1})
-	gone := mustStats(t, s, nil, identity{pid: 3, startTime: 3}, t0, DeviceReport{UUID: testUUID, Reserved: 1})
-	s.ApplySynthetic(4, "pytorch", []DeviceReport{{UUID: testUUID, Reserved: 1}}, t0)
+	live := mustStats(t, s, nil, Identity{PID: 1, StartTime: 1}, t0, DeviceReport{UUID: testUUID, Reserved: 1})
+	dead := mustStats(t, s, nil, Identity{PID: 2, StartTime: 2}, t0, DeviceReport{UUID: testUUID, Reserved: 1})
+	gone := mustStats(t, s, nil, Identity{PID: 3, StartTime: 3}, t0, DeviceReport{UUID: testUUID, Reserved: 1})
+	if err := s.Feed(Identity{PID: 4, StartTime: 4}, "pytorch", []DeviceReport{{UUID: testUUID, Reserved: 1}}, t0); err != nil {
+		t.Fatal(err)
+	}
 	_ = live
 	_ = dead
 	s.release(gone, t0)
 
-	alive := func(pid uint32, start uint64) bool { return pid != 2 && pid != 4 }
+	alive := func(pid uint32, start uint64) bool { return pid != 2 }
 	s.Prune(t0.Add(59*time.Second), alive)
 	if got := s.PIDs(); !equalPIDs(got, []uint32{1, 3, 4}) {
-		t.Errorf("after Prune within the TTL pids are %v, want [1 3 4] (2 is dead; synthetic 4 is never pruned)", got)
+		t.Errorf("after Prune within the TTL pids are %v, want [1 3 4] (2 is dead)", got)
+	}
+	if err := s.Feed(Identity{PID: 4, StartTime: 4}, "pytorch", []DeviceReport{{UUID: testUUID, Reserved: 1}}, t0.Add(30*time.Second)); err != nil {
+		t.Fatal(err)
 	}
 	s.Prune(t0.Add(time.Minute), alive)
 	if got := s.PIDs(); !equalPIDs(got, []uint32{1, 4}) {
-		t.Errorf("after Prune at the TTL pids are %v, want [1 4]", got)
+		t.Errorf("after Prune at the TTL pids are %v, want [1 4] (3 disconnected a TTL ago; 4 was fed since)", got)
 	}
-	if _, err := s.stats(dead, identity{pid: 2, startTime: 2}, []DeviceReport{{UUID: testUUID, Reserved: 1}}, t0, DefaultMaxDevices); err != errProcessGone {
+	if _, err := s.stats(dead, Identity{PID: 2, StartTime: 2}, []DeviceReport{{UUID: testUUID, Reserved: 1}}, t0, DefaultMaxDevices); err != errProcessGone {
 		t.Errorf("a pruned process's connection could still write: err = %v", err)
 	}
 	s.Remove(4)
@@ -184,7 +189,7 @@ func TestPruneDropsDeadAndExpiredProcessesOnly(t *testing.T) {
 
 func TestReconnectWithinTTLKeepsCounters(t *testing.T) {
 	s := NewStore(time.Minute)
-	id := identity{pid: 5, startTime: 5}
+	id := Identity{PID: 5, StartTime: 5}
 	e := mustStats(t, s, nil, id, t0, DeviceReport{UUID: testUUID, Reserved: 1, OOMs: Some(4)})
 	s.release(e, t0)
 	// The client restarts its counters on reconnect: still no decrease.
@@ -196,7 +201,7 @@ func TestReconnectWithinTTLKeepsCounters(t *testing.T) {
 
 func TestDevicesPerProcessAreCapped(t *testing.T) {
 	s := NewStore(time.Minute)
-	id := identity{pid: 9, startTime: 9}
+	id := Identity{PID: 9, StartTime: 9}
 	e := mustStats(t, s, nil, id, t0, DeviceReport{UUID: testUUID, Reserved: 1})
 	if _, err := s.stats(e, id, []DeviceReport{{UUID: testUUID, Reserved: 2}, {UUID: testUUID2, Reserved: 2}}, t0, 1); err == nil {
 		t.Error("a second device was accepted with a cap of 1")
@@ -215,7 +220,7 @@ func TestDevicesPerProcessAreCapped(t *testing.T) {
 func TestProcessesIsADeepCopySortedByPIDAndUUID(t *testing.T) {
 	s := NewStore(time.Minute)
 	for _, pid := range []uint32{30, 10, 20} {
-		mustStats(t, s, nil, identity{pid: pid, startTime: 1}, t0,
+		mustStats(t, s, nil, Identity{PID: pid, StartTime: 1}, t0,
 			DeviceReport{UUID: testUUID2, Reserved: uint64(pid)}, DeviceReport{UUID: testUUID, Reserved: uint64(pid)})
 	}
 	ps := s.Processes()
@@ -237,29 +242,35 @@ func TestProcessesIsADeepCopySortedByPIDAndUUID(t *testing.T) {
 	}
 }
 
-func TestSyntheticProcesses(t *testing.T) {
+func TestFedProcessesLiveForTheTTLAfterTheirLastFeed(t *testing.T) {
 	s := NewStore(time.Minute)
-	s.ApplySynthetic(50, "pytorch", []DeviceReport{{UUID: testUUIDHex, Reserved: 10, OOMs: Some(2)}}, t0)
-	ev, ok := s.RecordOOMSynthetic(50, testUUIDBare, 916, t0.Add(time.Second))
-	if !ok || ev.PID != 50 || ev.UUID != testUUID || !ev.Synthetic || ev.Requested != 916 {
-		t.Errorf("RecordOOMSynthetic = %+v, %v; want a synthetic event for pid 50 on %s", ev, ok, testUUID)
+	id := Identity{PID: 50, StartTime: 9}
+	if err := s.Feed(id, "pytorch", []DeviceReport{{UUID: testUUID, Reserved: 10, OOMs: Some(2)}}, t0); err != nil {
+		t.Fatal(err)
+	}
+	ev, err := s.FeedOOM(id, OOMMessage{UUID: testUUID, RequestedBytes: 916}, t0.Add(time.Second))
+	if err != nil || ev.PID != 50 || ev.UUID != testUUID || ev.Requested != 916 || ev.StartTime != 9 {
+		t.Errorf("FeedOOM = %+v, %v; want an event for pid 50 on %s", ev, err, testUUID)
 	}
 	p := mustProcess(t, s, 50)
 	d := mustDevice(t, p, testUUID)
-	if !p.Synthetic || p.Framework != "pytorch" || p.StartTime != 0 || d.Reserved != 10 || d.OOMs != Some(2) || d.LastOOMRequest != Some(916) {
-		t.Errorf("synthetic process %+v device %+v", p, d)
+	if p.Framework != "pytorch" || p.StartTime != 9 || p.Connected || d.Reserved != 10 || d.OOMs != Some(2) || d.LastOOMRequest != Some(916) {
+		t.Errorf("fed process %+v device %+v", p, d)
+	}
+	alive := func(uint32, uint64) bool { return true }
+	s.Prune(t0.Add(time.Second+59*time.Second), alive)
+	mustProcess(t, s, 50)
+	s.Prune(t0.Add(time.Second+time.Minute), alive)
+	if _, ok := s.Process(50); ok {
+		t.Error("a fed process outlived the TTL after its last feed")
 	}
 
-	// A real process with the same pid replaces the synthetic one, and
-	// the simulated backend cannot overwrite it.
-	mustStats(t, s, nil, identity{pid: 50, startTime: 3}, t0, DeviceReport{UUID: testUUID2, Reserved: 1})
-	s.ApplySynthetic(50, "jax", []DeviceReport{{UUID: testUUID, Reserved: 10}}, t0)
-	if _, ok := s.RecordOOMSynthetic(50, testUUID, 1, t0); ok {
-		t.Error("RecordOOMSynthetic recorded on a real process")
-	}
+	// A feed of another process with the same pid replaces the entry.
+	_ = s.Feed(id, "", []DeviceReport{{UUID: testUUID, Reserved: 10}}, t0)
+	_ = s.Feed(Identity{PID: 50, StartTime: 10}, "", []DeviceReport{{UUID: testUUID2, Reserved: 1}}, t0)
 	p = mustProcess(t, s, 50)
-	if p.Synthetic || p.Framework != "" || len(p.Devices) != 1 || p.Devices[0].UUID != testUUID2 {
-		t.Errorf("real process after synthetic updates: %+v", p)
+	if p.StartTime != 10 || len(p.Devices) != 1 || p.Devices[0].UUID != testUUID2 {
+		t.Errorf("after a feed from a new holder of the pid: %+v", p)
 	}
 }
 

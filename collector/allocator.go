@@ -11,18 +11,19 @@ func init() {
 }
 
 type allocatorCollector struct {
-	src                                              Sources
 	reserved, active, inactive, allocated, split     *prometheus.Desc
 	peakReserved, peakActive, limit                  *prometheus.Desc
 	retries, ooms, lastOOMRequest, lastOOMTime, last *prometheus.Desc
 }
 
 func newAllocatorCollector(src Sources, _ log.Logger) (Collector, error) {
+	if src.Join.Allocator == nil {
+		return nil, nil
+	}
 	d := func(name, help string) *prometheus.Desc {
 		return prometheus.NewDesc(prometheus.BuildFQName(namespace, "allocator", name), help, processLabelNames, nil)
 	}
 	return &allocatorCollector{
-		src:            src,
 		reserved:       d("reserved_bytes", "Memory the framework's caching allocator holds from the device (active + inactive)."),
 		active:         d("active_bytes", "Allocator memory in active blocks (live tensors)."),
 		inactive:       d("inactive_bytes", "Allocator memory cached in blocks no tensor uses (reserved - active)."),
@@ -39,24 +40,19 @@ func newAllocatorCollector(src Sources, _ log.Logger) (Collector, error) {
 	}, nil
 }
 
-func (c *allocatorCollector) Update(ch chan<- prometheus.Metric) error {
-	return c.updateScrape(&scrape{}, ch)
-}
-
-func (c *allocatorCollector) updateScrape(sc *scrape, ch chan<- prometheus.Metric) error {
-	if c.src.Allocator == nil {
-		return ErrNoData
+func (c *allocatorCollector) Update(sc *Scrape, ch chan<- prometheus.Metric) error {
+	v := sc.View()
+	if v.Snapshot == nil {
+		return ErrNoData // no device to label a report with
 	}
-	rows := sc.rows(c.src)
-	n := 0
+	rows := v.Rows
 	for i := range rows {
 		r := &rows[i]
 		a := r.Alloc
 		if a == nil {
 			continue
 		}
-		n++
-		lv := r.labels()
+		lv := labels(r)
 		gauge := func(desc *prometheus.Desc, v uint64) {
 			ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, float64(v), lv...)
 		}
@@ -88,9 +84,6 @@ func (c *allocatorCollector) updateScrape(sc *scrape, ch chan<- prometheus.Metri
 		if !a.LastReport.IsZero() {
 			ch <- prometheus.MustNewConstMetric(c.last, prometheus.GaugeValue, float64(a.LastReport.UnixNano())/1e9, lv...)
 		}
-	}
-	if n == 0 {
-		return ErrNoData
 	}
 	return nil
 }

@@ -1,5 +1,6 @@
-// Package collector turns the latest NVML snapshot, the allocator store and
-// the workload cache into Prometheus metrics. Collectors register themselves
+// Package collector turns the attribution join (the latest NVML snapshot,
+// the allocator store and the workload cache) and the sources' own health
+// into Prometheus metrics. Collectors register themselves
 // from init() and each gets a --collector.<name> flag, as in node_exporter.
 // No collector calls NVML or reads /proc: scrapes cost only the metrics.
 package collector
@@ -15,19 +16,27 @@ import (
 	"github.com/go-kit/log"
 	"github.com/go-kit/log/level"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpumem/gpumem_exporter/attribution"
 )
 
 const namespace = "gpumem"
 
-// ErrNoData means a collector had nothing to report this scrape; it is not
-// a failure.
+// ErrNoData means a collector's source had nothing to read this scrape
+// (NVML not polled yet). As in node_exporter, it is logged at debug and
+// reported as gpumem_scrape_collector_success 0: the collector did not
+// deliver.
 var ErrNoData = errors.New("collector returned no data")
 
-// Collector is one source of metrics.
+// Collector is one source of metrics. Update sends the metrics of one
+// scrape; sc holds what the scrape reads once for every collector.
 type Collector interface {
-	Update(ch chan<- prometheus.Metric) error
+	Update(sc *Scrape, ch chan<- prometheus.Metric) error
 }
 
+// factory builds a collector; it returns a nil Collector (and no error)
+// when the collector's source does not exist in this daemon (no Kubernetes,
+// say).
 type factory func(src Sources, logger log.Logger) (Collector, error)
 
 var (
@@ -90,16 +99,18 @@ var (
 
 // Exporter runs the enabled collectors concurrently on each scrape.
 type Exporter struct {
+	src        attribution.Sources
 	collectors map[string]Collector
 	logger     log.Logger
 }
 
 // New builds the named collectors (all enabled ones when names is empty).
+// A collector whose source is absent is left out.
 func New(src Sources, logger log.Logger, names ...string) (*Exporter, error) {
 	if len(names) == 0 {
 		names = Enabled()
 	}
-	e := &Exporter{collectors: map[string]Collector{}, logger: logger}
+	e := &Exporter{src: src.Join, collectors: map[string]Collector{}, logger: logger}
 	for _, n := range names {
 		factoriesMu.Lock()
 		f, ok := factories[n]
@@ -110,6 +121,9 @@ func New(src Sources, logger log.Logger, names ...string) (*Exporter, error) {
 		c, err := f(src, log.With(logger, "collector", n))
 		if err != nil {
 			return nil, fmt.Errorf("creating collector %s: %w", n, err)
+		}
+		if c == nil {
+			continue
 		}
 		e.collectors[n] = c
 	}
@@ -125,7 +139,7 @@ func (e *Exporter) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
-	sc := &scrape{}
+	sc := &Scrape{src: e.src}
 	var wg sync.WaitGroup
 	for name, c := range e.collectors {
 		wg.Add(1)
@@ -137,40 +151,32 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 	wg.Wait()
 }
 
-// scrape holds what one Collect computes once for all its collectors: the
-// join of NVML's processes with the allocator store, which both the process
-// and the allocator collectors read.
-type scrape struct {
-	once     sync.Once
-	holdings []Holding
+// Scrape holds what one Collect reads once for all its collectors: the
+// NVML snapshot and its join with the allocator store, so that every
+// collector of a scrape sees the same reading.
+type Scrape struct {
+	src  attribution.Sources
+	once sync.Once
+	view attribution.View
 }
 
-func (sc *scrape) rows(src Sources) []Holding {
-	sc.once.Do(func() { sc.holdings = src.rows() })
-	return sc.holdings
-}
-
-// scrapeCollector is a Collector that shares the per-scrape join.
-type scrapeCollector interface {
-	updateScrape(sc *scrape, ch chan<- prometheus.Metric) error
+// View returns the scrape's reading of the sources, joined on first use.
+func (sc *Scrape) View() attribution.View {
+	sc.once.Do(func() { sc.view = sc.src.Read() })
+	return sc.view
 }
 
 func (e *Exporter) execute(name string, c Collector, sc *scrape, ch chan<- prometheus.Metric) {
 	begin := time.Now()
-	var err error
-	if shared, ok := c.(scrapeCollector); ok {
-		err = shared.updateScrape(sc, ch)
-	} else {
-		err = c.Update(ch)
-	}
+	err := c.Update(sc, ch)
 	duration := time.Since(begin)
 	success := 1.0
 	if err != nil {
+		success = 0
 		if errors.Is(err, ErrNoData) {
 			level.Debug(e.logger).Log("msg", "collector returned no data", "name", name, "duration_seconds", duration.Seconds(), "err", err)
 		} else {
 			level.Error(e.logger).Log("msg", "collector failed", "name", name, "duration_seconds", duration.Seconds(), "err", err)
-			success = 0
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(scrapeDurationDesc, prometheus.GaugeValue, duration.Seconds(), name)

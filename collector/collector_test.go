@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/gpumem/gpumem_exporter/allocstats"
-	"github.com/gpumem/gpumem_exporter/nvml"
+	"github.com/gpumem/gpumem_exporter/nvmlpoll"
 )
 
 func TestNVMLAbsentAtStartThenPresent(t *testing.T) {
@@ -24,7 +24,7 @@ func TestNVMLAbsentAtStartThenPresent(t *testing.T) {
 		}
 		return gonvml.ERROR_LIBRARY_NOT_FOUND
 	}
-	p := nvml.NewPoller(nvml.Config{Lib: node})
+	p := nvmlpoll.NewPoller(nvmlpoll.Config{Lib: node})
 	reg := newRegistry(t, sources(p, allocstats.NewStore(0), nil))
 
 	if err := p.Poll(); err == nil {
@@ -61,7 +61,7 @@ func TestNVMLAbsentAtStartThenPresent(t *testing.T) {
 func TestNoDataIsNotAFailure(t *testing.T) {
 	// An empty store, no resolver, no snapshot yet: every collector but
 	// nvml has nothing to say, and none of them failed.
-	p := nvml.NewPoller(nvml.Config{Lib: twoGPUNode()})
+	p := nvmlpoll.NewPoller(nvmlpoll.Config{Lib: twoGPUNode()})
 	reg := newRegistry(t, Sources{NVML: p, Allocator: allocstats.NewStore(0)})
 	s := gather(t, reg)
 	for _, name := range Names() {
@@ -131,7 +131,7 @@ func TestPedanticRegistryRejectsTheUncheckedExporter(t *testing.T) {
 // linter runs on a plain registry's output.
 func TestRichestScrapePassesLint(t *testing.T) {
 	node := twoGPUNode()
-	node.setUsed(1, 0, proc(1100, 6*GiB), proc(1101, 2*GiB))
+	node.SetUsed(1, 0, proc(1100, 6*GiB), proc(1101, 2*GiB))
 	store := trainerStore()
 	store.ApplySynthetic(2000, "jax", []allocstats.DeviceReport{fullReport(gpuUUID(1), 4*GiB, 3*GiB)}, t0)
 	reg := newRegistry(t, sources(pollTwoGPUNode(t, node), store, fakeResolver{1000: trainer}))

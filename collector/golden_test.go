@@ -8,7 +8,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/gpumem/gpumem_exporter/allocstats"
-	"github.com/gpumem/gpumem_exporter/nvml"
+	"github.com/gpumem/gpumem_exporter/nvmlpoll"
 	"github.com/gpumem/gpumem_exporter/workload"
 )
 
@@ -23,19 +23,19 @@ var trainer = workload.Info{
 // a 14 GiB first poll) and pid 1001 (8 GiB) with 2 GiB unattributed, GPU 1
 // runs pid 1100 (6 GiB).
 func twoGPUNode() *mockNode {
-	node := newMockNode(2)
-	node.setUsed(0, 2*GiB, proc(1000, 12*GiB), proc(1001, 8*GiB))
-	node.setUsed(1, 0, proc(1100, 6*GiB))
+	node := mocknode.New(2)
+	node.SetUsed(0, 2*GiB, proc(1000, 12*GiB), proc(1001, 8*GiB))
+	node.SetUsed(1, 0, proc(1100, 6*GiB))
 	return node
 }
 
 // pollTwoGPUNode polls the node twice, pid 1000 at 14 GiB and then 12 GiB,
 // so that its peak differs from its used.
-func pollTwoGPUNode(t *testing.T, node *mockNode) *nvml.Poller {
+func pollTwoGPUNode(t *testing.T, node *mockNode) *nvmlpoll.Poller {
 	t.Helper()
-	node.setUsed(0, 2*GiB, proc(1000, 14*GiB), proc(1001, 8*GiB))
+	node.SetUsed(0, 2*GiB, proc(1000, 14*GiB), proc(1001, 8*GiB))
 	p := newPoller(t, node)
-	node.setUsed(0, 2*GiB, proc(1000, 12*GiB), proc(1001, 8*GiB))
+	node.SetUsed(0, 2*GiB, proc(1000, 12*GiB), proc(1001, 8*GiB))
 	if err := p.Poll(); err != nil {
 		t.Fatalf("second poll: %v", err)
 	}
@@ -173,7 +173,7 @@ func TestGoldenScrapes(t *testing.T) {
 			name: "v1_fallback",
 			setup: func(t *testing.T) (Sources, []string) {
 				node := twoGPUNode()
-				node.device(1).GetMemoryInfo_v2Func = func() (gonvml.Memory_v2, gonvml.Return) {
+				node.Device(1).GetMemoryInfo_v2Func = func() (gonvml.Memory_v2, gonvml.Return) {
 					return gonvml.Memory_v2{}, gonvml.ERROR_FUNCTION_NOT_FOUND
 				}
 				return sources(newPoller(t, node), nil, nil), nil
@@ -193,8 +193,8 @@ func TestGoldenScrapes(t *testing.T) {
 			setup: func(t *testing.T) (Sources, []string) {
 				node := twoGPUNode()
 				notSupported := func() ([]gonvml.ProcessInfo, gonvml.Return) { return nil, gonvml.ERROR_NOT_SUPPORTED }
-				node.device(1).GetComputeRunningProcessesFunc = notSupported
-				node.device(1).GetGraphicsRunningProcessesFunc = notSupported
+				node.Device(1).GetComputeRunningProcessesFunc = notSupported
+				node.Device(1).GetGraphicsRunningProcessesFunc = notSupported
 				return sources(newPoller(t, node), nil, nil), nil
 			},
 			check: func(t *testing.T, s []sample) {
@@ -213,7 +213,7 @@ func TestGoldenScrapes(t *testing.T) {
 			name: "gpu_lost",
 			setup: func(t *testing.T) (Sources, []string) {
 				node := twoGPUNode()
-				node.device(1).GetMemoryInfo_v2Func = func() (gonvml.Memory_v2, gonvml.Return) {
+				node.Device(1).GetMemoryInfo_v2Func = func() (gonvml.Memory_v2, gonvml.Return) {
 					return gonvml.Memory_v2{}, gonvml.ERROR_GPU_IS_LOST
 				}
 				return sources(newPoller(t, node), nil, nil), nil
@@ -305,7 +305,7 @@ func TestGoldenScrapes(t *testing.T) {
 // enableMIG puts mock GPU i in MIG mode with two 20 GiB instances; the
 // first runs pid 7000 with 3 GiB, and neither has graphics lists.
 func enableMIG(node *mockNode, i int) {
-	d := node.device(i)
+	d := node.Device(i)
 	d.GetMigModeFunc = func() (int, int, gonvml.Return) {
 		return gonvml.DEVICE_MIG_ENABLE, gonvml.DEVICE_MIG_ENABLE, gonvml.SUCCESS
 	}

@@ -12,19 +12,17 @@ func init() {
 var gpuLabels = []string{"gpu", "uuid"}
 
 type gpuCollector struct {
-	src                                 Sources
 	info                                *prometheus.Desc
 	total, used, free, reserved, unattr *prometheus.Desc
 	processes                           *prometheus.Desc
 }
 
-func newGPUCollector(src Sources, _ log.Logger) (Collector, error) {
+func newGPUCollector(_ Sources, _ log.Logger) (Collector, error) {
 	d := func(name, help string) *prometheus.Desc {
 		return prometheus.NewDesc(prometheus.BuildFQName(namespace, "gpu", name), help, gpuLabels, nil)
 	}
 	return &gpuCollector{
-		src: src,
-		info: prometheus.NewDesc("gpumem_gpu_info", "GPU or MIG instance identity; parent_uuid names the GPU a MIG instance belongs to.",
+		info: prometheus.NewDesc(prometheus.BuildFQName(namespace, "gpu", "info"), "GPU or MIG instance identity; parent_uuid names the GPU a MIG instance belongs to.",
 			[]string{"gpu", "uuid", "name", "pci_bus_id", "driver_version", "cuda_driver_version", "mig_mode", "parent_uuid"}, nil),
 		total:     d("memory_total_bytes", "Total device memory (NVML)."),
 		used:      d("memory_used_bytes", "Device memory used (NVML v2: excludes the driver's reservation)."),
@@ -35,8 +33,8 @@ func newGPUCollector(src Sources, _ log.Logger) (Collector, error) {
 	}, nil
 }
 
-func (c *gpuCollector) Update(ch chan<- prometheus.Metric) error {
-	snap := c.src.NVML.Snapshot()
+func (c *gpuCollector) Update(sc *Scrape, ch chan<- prometheus.Metric) error {
+	snap := sc.View().Snapshot
 	if snap == nil || len(snap.Devices) == 0 {
 		return ErrNoData
 	}

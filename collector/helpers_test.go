@@ -13,9 +13,6 @@ import (
 	"time"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh200"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/gpus"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 	"github.com/go-kit/log"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -23,7 +20,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/gpumem/gpumem_exporter/allocstats"
-	"github.com/gpumem/gpumem_exporter/nvml"
+	"github.com/gpumem/gpumem_exporter/internal/mocknode"
+	"github.com/gpumem/gpumem_exporter/nvmlpoll"
 	"github.com/gpumem/gpumem_exporter/workload"
 )
 
@@ -32,8 +30,8 @@ import (
 var update = flag.Bool("update", false, "rewrite collector/testdata/*.prom from the gathered output")
 
 const (
-	MiB = 1 << 20
-	GiB = 1 << 30
+	MiB = mocknode.MiB
+	GiB = mocknode.GiB
 )
 
 // t0 is the fixed report time of the allocator feed, so that the timestamp
@@ -46,76 +44,16 @@ var durationMetrics = map[string]bool{
 	"gpumem_nvml_poll_duration_seconds":        true,
 }
 
-// gpuUUID pins the UUID of mock GPU i (dgxh200 picks random ones).
-func gpuUUID(i int) string { return fmt.Sprintf("GPU-00000000-0000-4000-8000-%012d", i) }
+var (
+	gpuUUID = mocknode.GPUUUID
+	migUUID = mocknode.MIGUUID
+	memV2   = mocknode.MemV2
+	proc    = mocknode.Proc
+)
 
-// migUUID pins the UUID of MIG instance j of GPU i.
-func migUUID(i, j int) string { return fmt.Sprintf("MIG-00000000-0000-4000-9000-%06d%06d", i, j) }
+type mockNode = mocknode.Node
 
-// mockGPU is what one mock GPU reports; tests change it between polls.
-type mockGPU struct {
-	mem   gonvml.Memory_v2
-	procs []gonvml.ProcessInfo
-}
 
-// mockNode is a dgxh200 server of n GPUs wired to mockGPU values. Every
-// GPU has 100 GiB: 1 GiB reserved by the driver, used as set by the test.
-type mockNode struct {
-	*server.Server
-	gpus []*mockGPU
-}
-
-func newMockNode(n int) *mockNode {
-	node := &mockNode{Server: dgxh200.NewWithGPUs(gpus.Multiple(n, gpus.H200_SXM5_141GB)...)}
-	node.SystemGetProcessNameFunc = func(pid int) (string, gonvml.Return) {
-		return fmt.Sprintf("proc%d", pid), gonvml.SUCCESS
-	}
-	for i := range node.Devices {
-		g := &mockGPU{mem: memV2(100*GiB, 1*GiB, 0)}
-		node.gpus = append(node.gpus, g)
-		d := node.device(i)
-		d.UUID = gpuUUID(i)
-		d.GetPciInfoFunc = func() (gonvml.PciInfo, gonvml.Return) {
-			var p gonvml.PciInfo
-			id := fmt.Sprintf("00000000:%02X:00.0", 0x18+i*0x10)
-			for k := range id {
-				p.BusId[k] = int8(id[k])
-			}
-			return p, gonvml.SUCCESS
-		}
-		d.GetMemoryInfo_v2Func = func() (gonvml.Memory_v2, gonvml.Return) { return g.mem, gonvml.SUCCESS }
-		d.GetMemoryInfoFunc = func() (gonvml.Memory, gonvml.Return) {
-			// v1: used includes the driver's reservation.
-			return gonvml.Memory{Total: g.mem.Total, Used: g.mem.Used + g.mem.Reserved, Free: g.mem.Free}, gonvml.SUCCESS
-		}
-		d.GetComputeRunningProcessesFunc = func() ([]gonvml.ProcessInfo, gonvml.Return) { return g.procs, gonvml.SUCCESS }
-		d.GetGraphicsRunningProcessesFunc = func() ([]gonvml.ProcessInfo, gonvml.Return) { return nil, gonvml.SUCCESS }
-	}
-	return node
-}
-
-func (n *mockNode) device(i int) *server.Device { return n.Devices[i].(*server.Device) }
-
-// memV2 is NVML v2 memory info: free = total - reserved - used.
-func memV2(total, reserved, used uint64) gonvml.Memory_v2 {
-	return gonvml.Memory_v2{Version: 2, Total: total, Reserved: reserved, Used: used, Free: total - reserved - used}
-}
-
-// setUsed sets GPU i's processes and its used memory: their sum plus extra
-// (memory no listed process accounts for).
-func (n *mockNode) setUsed(i int, extra uint64, procs ...gonvml.ProcessInfo) {
-	g := n.gpus[i]
-	used := extra
-	for _, p := range procs {
-		used += p.UsedGpuMemory
-	}
-	g.procs = procs
-	g.mem = memV2(g.mem.Total, g.mem.Reserved, used)
-}
-
-func proc(pid uint32, used uint64) gonvml.ProcessInfo {
-	return gonvml.ProcessInfo{Pid: pid, UsedGpuMemory: used, GpuInstanceId: 0xFFFFFFFF, ComputeInstanceId: 0xFFFFFFFF}
-}
 
 // fakeResolver is a workload.Resolver over a fixed map.
 type fakeResolver map[uint32]workload.Info
@@ -147,9 +85,9 @@ func fullReport(uuid string, reserved, active uint64) allocstats.DeviceReport {
 }
 
 // newPoller polls lib once and fails the test if the poll fails.
-func newPoller(t testing.TB, lib gonvml.Interface) *nvml.Poller {
+func newPoller(t testing.TB, lib gonvml.Interface) *nvmlpoll.Poller {
 	t.Helper()
-	p := nvml.NewPoller(nvml.Config{Lib: lib})
+	p := nvmlpoll.NewPoller(nvmlpoll.Config{Lib: lib})
 	if err := p.Poll(); err != nil {
 		t.Fatalf("polling the mock node: %v", err)
 	}
@@ -157,7 +95,7 @@ func newPoller(t testing.TB, lib gonvml.Interface) *nvml.Poller {
 }
 
 // sources wires a poller, a store and a resolver as main does.
-func sources(p *nvml.Poller, store *allocstats.Store, r workload.Resolver) Sources {
+func sources(p *nvmlpoll.Poller, store *allocstats.Store, r workload.Resolver) Sources {
 	src := Sources{NVML: p, NVMLHealth: p, Workload: r}
 	if store != nil {
 		src.Allocator = store

@@ -7,21 +7,21 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpumem/gpumem_exporter/allocstats"
-	"github.com/gpumem/gpumem_exporter/nvml"
+	"github.com/gpumem/gpumem_exporter/nvmlpoll"
 )
 
 // simulatedNode wires the simulated node as main does: the simulator's
 // allocator state feeds a store before each poll.
-func simulatedNode(t testing.TB, processesPerGPU int) (*nvml.Poller, *nvml.Simulator, *allocstats.Store) {
+func simulatedNode(t testing.TB, processesPerGPU int) (*nvmlpoll.Poller, *nvmlpoll.Simulator, *allocstats.Store) {
 	t.Helper()
 	store := allocstats.NewStore(0)
-	sim := nvml.NewSimulator(nvml.SimConfig{Seed: 1, ProcessesPerGPU: processesPerGPU, OnStep: func(s nvml.SimStep) { feed(store, s) }})
-	p := nvml.NewPoller(nvml.Config{Lib: sim.Interface(), BeforePoll: sim.Step})
+	sim := nvmlpoll.NewSimulator(nvmlpoll.SimConfig{Seed: 1, ProcessesPerGPU: processesPerGPU, OnStep: func(s nvmlpoll.SimStep) { feed(store, s) }})
+	p := nvmlpoll.NewPoller(nvmlpoll.Config{Lib: sim.Interface(), BeforePoll: sim.Step})
 	return p, sim, store
 }
 
 // feed hands one step's allocator state to the store, as clients would.
-func feed(store *allocstats.Store, s nvml.SimStep) {
+func feed(store *allocstats.Store, s nvmlpoll.SimStep) {
 	now := time.Now()
 	for _, pid := range s.Exited {
 		store.Remove(pid)

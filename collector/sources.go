@@ -1,31 +1,22 @@
 package collector
 
 import (
-	"github.com/gpumem/gpumem_exporter/nvml"
-	"github.com/gpumem/gpumem_exporter/workload"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpumem/gpumem_exporter/attribution"
 )
 
-// SnapshotSource gives the latest NVML snapshot (nil before the first poll).
-type SnapshotSource interface {
-	Snapshot() *nvml.Snapshot
-}
-
-// Sources are what collectors read. Any may be nil where a collector does
-// not need it; workload lookups fall back to NVML's process name.
+// Sources are what collectors read. Any field may be nil: a collector
+// whose source is nil is not built (it exports nothing, not even its
+// scrape_collector_* series).
 type Sources struct {
-	NVML SnapshotSource
-	// NVMLHealth exports gpumem_nvml_up, poll durations and call errors.
-	NVMLHealth prometheus.Collector
-	Allocator  AllocatorSource
-	Workload   workload.Resolver
-}
-
-func (s Sources) lookup(pid uint32) workload.Info {
-	if s.Workload != nil {
-		if info, ok := s.Workload.Lookup(pid); ok {
-			return info
-		}
-	}
-	return workload.Info{PID: pid}
+	// Join is the NVML snapshot, the allocator store and the workload
+	// cache, joined once per scrape for every collector.
+	Join attribution.Sources
+	// The sources' own health: the NVML poller (gpumem_nvml_*), the
+	// socket server (gpumem_allocstats_*) and the pod watch
+	// (gpumem_kubernetes_*).
+	NVMLHealth       prometheus.Collector
+	AllocstatsHealth prometheus.Collector
+	KubernetesHealth prometheus.Collector
 }

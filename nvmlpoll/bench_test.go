@@ -1,10 +1,12 @@
-package nvml
+package nvmlpoll
 
 import (
 	"os"
 	"testing"
 
-	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gpumem/gpumem_exporter/simulate"
 )
 
 // Benchmarks of one poll cycle. On the simulated node they measure the
@@ -12,7 +14,7 @@ import (
 // measure a real poll against the raw NVML calls it makes (docs/benchmarks.md).
 
 func BenchmarkPollSimulated(b *testing.B) {
-	sim := NewSimulator(SimConfig{ProcessesPerGPU: 16, Seed: 1})
+	sim := simulate.New(simulate.Config{ProcessesPerGPU: 16, Seed: 1})
 	p := NewPoller(Config{Lib: sim.Interface()})
 	for i := 0; i < 60; i++ { // every slot started
 		sim.Step()
@@ -25,12 +27,12 @@ func BenchmarkPollSimulated(b *testing.B) {
 	}
 }
 
-func realNVML(b *testing.B) gonvml.Interface {
+func realNVML(b *testing.B) nvml.Interface {
 	if os.Getenv("GPUMEM_REAL_NVML") != "1" {
 		b.Skip("set GPUMEM_REAL_NVML=1 on a machine with an NVIDIA driver")
 	}
-	lib := gonvml.New()
-	if ret := lib.Init(); ret != gonvml.SUCCESS {
+	lib := nvml.New()
+	if ret := lib.Init(); ret != nvml.SUCCESS {
 		b.Fatalf("nvmlInit: %v", ret)
 	}
 	b.Cleanup(func() { lib.Shutdown() })
@@ -69,10 +71,10 @@ func BenchmarkRealRawCalls(b *testing.B) {
 	}
 }
 
-func benchCall(b *testing.B, call func(gonvml.Device)) {
+func benchCall(b *testing.B, call func(nvml.Device)) {
 	lib := realNVML(b)
 	d, ret := lib.DeviceGetHandleByIndex(0)
-	if ret != gonvml.SUCCESS {
+	if ret != nvml.SUCCESS {
 		b.Fatal(ret)
 	}
 	for b.Loop() {
@@ -81,13 +83,13 @@ func benchCall(b *testing.B, call func(gonvml.Device)) {
 }
 
 func BenchmarkRealGetMemoryInfoV2(b *testing.B) {
-	benchCall(b, func(d gonvml.Device) { d.GetMemoryInfo_v2() })
+	benchCall(b, func(d nvml.Device) { d.GetMemoryInfo_v2() })
 }
 
 func BenchmarkRealGetComputeRunningProcesses(b *testing.B) {
-	benchCall(b, func(d gonvml.Device) { d.GetComputeRunningProcesses() })
+	benchCall(b, func(d nvml.Device) { d.GetComputeRunningProcesses() })
 }
 
 func BenchmarkRealGetGraphicsRunningProcesses(b *testing.B) {
-	benchCall(b, func(d gonvml.Device) { d.GetGraphicsRunningProcesses() })
+	benchCall(b, func(d nvml.Device) { d.GetGraphicsRunningProcesses() })
 }

@@ -1,4 +1,4 @@
-package nvml
+package nvmlpoll
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -48,8 +48,8 @@ func TestPollReadsEveryGPUAndProcess(t *testing.T) {
 
 func TestMemoryFallsBackToV1WithoutCountingTheReservationTwice(t *testing.T) {
 	s := newMockNode()
-	mockDevice(s, 0).GetMemoryInfo_v2Func = func() (gonvml.Memory_v2, gonvml.Return) {
-		return gonvml.Memory_v2{}, gonvml.ERROR_FUNCTION_NOT_FOUND
+	mockDevice(s, 0).GetMemoryInfo_v2Func = func() (nvml.Memory_v2, nvml.Return) {
+		return nvml.Memory_v2{}, nvml.ERROR_FUNCTION_NOT_FOUND
 	}
 	p := NewPoller(Config{Lib: s})
 	for i := 0; i < 2; i++ {
@@ -66,16 +66,16 @@ func TestMemoryFallsBackToV1WithoutCountingTheReservationTwice(t *testing.T) {
 
 func TestFailedCallsDropOnlyWhatFailed(t *testing.T) {
 	s := newMockNode()
-	mockDevice(s, 1).GetMemoryInfo_v2Func = func() (gonvml.Memory_v2, gonvml.Return) {
-		return gonvml.Memory_v2{}, gonvml.ERROR_GPU_IS_LOST
+	mockDevice(s, 1).GetMemoryInfo_v2Func = func() (nvml.Memory_v2, nvml.Return) {
+		return nvml.Memory_v2{}, nvml.ERROR_GPU_IS_LOST
 	}
-	mockDevice(s, 2).GetComputeRunningProcessesFunc = func() ([]gonvml.ProcessInfo, gonvml.Return) {
-		return nil, gonvml.ERROR_NOT_SUPPORTED
+	mockDevice(s, 2).GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) {
+		return nil, nvml.ERROR_NOT_SUPPORTED
 	}
-	mockDevice(s, 2).GetGraphicsRunningProcessesFunc = func() ([]gonvml.ProcessInfo, gonvml.Return) {
-		return nil, gonvml.ERROR_NOT_SUPPORTED
+	mockDevice(s, 2).GetGraphicsRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) {
+		return nil, nvml.ERROR_NOT_SUPPORTED
 	}
-	mockDevice(s, 4).GetUUIDFunc = func() (string, gonvml.Return) { return "", gonvml.ERROR_GPU_IS_LOST }
+	mockDevice(s, 4).GetUUIDFunc = func() (string, nvml.Return) { return "", nvml.ERROR_GPU_IS_LOST }
 	p := NewPoller(Config{Lib: s})
 	snap := pollOnce(t, p)
 	if len(snap.Devices) != 7 {
@@ -101,8 +101,8 @@ func TestFailedCallsDropOnlyWhatFailed(t *testing.T) {
 
 func TestProcessUsedNotAvailable(t *testing.T) {
 	s := newMockNode()
-	mockDevice(s, 0).GetComputeRunningProcessesFunc = func() ([]gonvml.ProcessInfo, gonvml.Return) {
-		return []gonvml.ProcessInfo{{Pid: 42, UsedGpuMemory: notAvailable}}, gonvml.SUCCESS
+	mockDevice(s, 0).GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) {
+		return []nvml.ProcessInfo{{Pid: 42, UsedGpuMemory: notAvailable}}, nvml.SUCCESS
 	}
 	snap := pollOnce(t, NewPoller(Config{Lib: s}))
 	pr := snap.Devices[0].Processes[0]
@@ -113,8 +113,8 @@ func TestProcessUsedNotAvailable(t *testing.T) {
 
 func TestComputeAndGraphicsListsMerge(t *testing.T) {
 	s := newMockNode()
-	mockDevice(s, 0).GetGraphicsRunningProcessesFunc = func() ([]gonvml.ProcessInfo, gonvml.Return) {
-		return []gonvml.ProcessInfo{{Pid: 1000, UsedGpuMemory: 4 * GiB}, {Pid: 5, UsedGpuMemory: 100 * MiB}}, gonvml.SUCCESS
+	mockDevice(s, 0).GetGraphicsRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) {
+		return []nvml.ProcessInfo{{Pid: 1000, UsedGpuMemory: 4 * GiB}, {Pid: 5, UsedGpuMemory: 100 * MiB}}, nvml.SUCCESS
 	}
 	snap := pollOnce(t, NewPoller(Config{Lib: s}))
 	procs := snap.Devices[0].Processes
@@ -128,11 +128,11 @@ func TestPeakKeepsTheHighestUsedUntilTheProcessGoes(t *testing.T) {
 	s := newMockNode()
 	used := []uint64{2 * GiB, 9 * GiB, 3 * GiB, 0, 1 * GiB}
 	step := 0
-	mockDevice(s, 0).GetComputeRunningProcessesFunc = func() ([]gonvml.ProcessInfo, gonvml.Return) {
+	mockDevice(s, 0).GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) {
 		if used[step] == 0 {
-			return nil, gonvml.SUCCESS // the process exited
+			return nil, nvml.SUCCESS // the process exited
 		}
-		return []gonvml.ProcessInfo{{Pid: 77, UsedGpuMemory: used[step]}}, gonvml.SUCCESS
+		return []nvml.ProcessInfo{{Pid: 77, UsedGpuMemory: used[step]}}, nvml.SUCCESS
 	}
 	p := NewPoller(Config{Lib: s})
 	wantPeak := []uint64{2 * GiB, 9 * GiB, 9 * GiB, 0, 1 * GiB}
@@ -177,11 +177,11 @@ func TestMIGInstancesAreTheirOwnDevices(t *testing.T) {
 func TestNVMLAbsentAtStartThenPresent(t *testing.T) {
 	s := newMockNode()
 	var present atomic.Bool
-	s.InitFunc = func() gonvml.Return {
+	s.InitFunc = func() nvml.Return {
 		if present.Load() {
-			return gonvml.SUCCESS
+			return nvml.SUCCESS
 		}
-		return gonvml.ERROR_LIBRARY_NOT_FOUND
+		return nvml.ERROR_LIBRARY_NOT_FOUND
 	}
 	p := NewPoller(Config{Lib: s, Interval: 5 * time.Millisecond, InitBackoffMin: 5 * time.Millisecond, InitBackoffMax: 10 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -211,13 +211,13 @@ func TestNVMLAbsentAtStartThenPresent(t *testing.T) {
 func TestDriverGoneReinitialises(t *testing.T) {
 	s := newMockNode()
 	var inits atomic.Int32
-	s.InitFunc = func() gonvml.Return { inits.Add(1); return gonvml.SUCCESS }
+	s.InitFunc = func() nvml.Return { inits.Add(1); return nvml.SUCCESS }
 	var lost atomic.Bool
-	s.DeviceGetCountFunc = func() (int, gonvml.Return) {
+	s.DeviceGetCountFunc = func() (int, nvml.Return) {
 		if lost.Load() {
-			return 0, gonvml.ERROR_UNINITIALIZED
+			return 0, nvml.ERROR_UNINITIALIZED
 		}
-		return 8, gonvml.SUCCESS
+		return 8, nvml.SUCCESS
 	}
 	p := NewPoller(Config{Lib: s})
 	pollOnce(t, p)

@@ -1,4 +1,4 @@
-package allocstats
+package oom
 
 import (
 	"bytes"
@@ -12,21 +12,68 @@ import (
 
 	"github.com/go-kit/log"
 
-	"github.com/gpumem/gpumem_exporter/nvml"
+	"github.com/gpumem/gpumem_exporter/allocstats"
+	"github.com/gpumem/gpumem_exporter/attribution"
+	"github.com/gpumem/gpumem_exporter/internal/mocknode"
+	"github.com/gpumem/gpumem_exporter/nvmlpoll"
+	"github.com/gpumem/gpumem_exporter/workload"
 )
 
 const mib = 1 << 20
 
+var (
+	testUUID  = mocknode.GPUUUID(3)
+	testUUID2 = mocknode.GPUUUID(0)
+	t0        = time.Unix(1_750_000_000, 0)
+)
+
+type fixedSnapshot struct{ s *nvmlpoll.Snapshot }
+
+func (f fixedSnapshot) Snapshot() *nvmlpoll.Snapshot { return f.s }
+
+type fakeResolver map[uint32]workload.Info
+
+func (r fakeResolver) Lookup(pid uint32) (workload.Info, bool) {
+	in, ok := r[pid]
+	return in, ok
+}
+
+// sources joins snap (may be nil), store (may be nil) and the fixture's
+// workload labels.
+func sources(snap *nvmlpoll.Snapshot, store *allocstats.Store) attribution.Sources {
+	src := attribution.Sources{NVML: fixedSnapshot{snap}, Workload: describeFixture}
+	if store != nil {
+		src.Allocator = store
+	}
+	return src
+}
+
+func feed(t *testing.T, store *allocstats.Store, pid uint32, r allocstats.DeviceReport) {
+	t.Helper()
+	if err := store.Feed(allocstats.Identity{PID: pid, StartTime: 1}, "", []allocstats.DeviceReport{r}, t0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func feedOOM(t *testing.T, store *allocstats.Store, pid uint32, m allocstats.OOMMessage) allocstats.OOMEvent {
+	t.Helper()
+	ev, err := store.FeedOOM(allocstats.Identity{PID: pid, StartTime: 1}, m, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ev
+}
+
 // oomFixture: GPU 3 as NVML saw it when pid 100 ran out of memory, and the
 // allocator stats of the processes that report.
-func oomFixture(t *testing.T) (*Store, *nvml.Snapshot) {
+func oomFixture(t *testing.T) (*allocstats.Store, *nvmlpoll.Snapshot) {
 	t.Helper()
-	snap := &nvml.Snapshot{Devices: []nvml.Device{
+	snap := &nvmlpoll.Snapshot{Devices: []nvmlpoll.Device{
 		{Index: 0, UUID: testUUID2, HasMemory: true, HasProcesses: true},
 		{
 			Index: 3, UUID: testUUID, HasMemory: true, HasProcesses: true,
-			Memory: nvml.Memory{Total: 143771 * mib, Used: 11000 * mib, Free: 132771 * mib, Reserved: 615 * mib, HasReserved: true},
-			Processes: []nvml.Process{
+			Memory: nvmlpoll.Memory{Total: 143771 * mib, Used: 11000 * mib, Free: 132771 * mib, Reserved: 615 * mib, HasReserved: true},
+			Processes: []nvmlpoll.Process{
 				{PID: 100, HasUsed: true, UsedBytes: 3590 * mib, Name: "python3"},
 				{PID: 200, HasUsed: true, UsedBytes: 6016 * mib, Name: "python3"},
 				{PID: 300, HasUsed: true, UsedBytes: 522 * mib, Name: "/usr/bin/ffmpeg"},
@@ -34,9 +81,9 @@ func oomFixture(t *testing.T) (*Store, *nvml.Snapshot) {
 			},
 		},
 	}}
-	store := NewStore(time.Minute)
+	store := allocstats.NewStore(time.Minute)
 	stats := func(pid uint32, uuid string, reserved, active uint64) {
-		mustStats(t, store, nil, identity{pid: pid, startTime: 1}, t0, DeviceReport{UUID: uuid, Reserved: reserved, Active: Some(active)})
+		feed(t, store, pid, allocstats.DeviceReport{UUID: uuid, Reserved: reserved, Active: allocstats.Some(active)})
 	}
 	stats(100, testUUID, 3072*mib, 3000*mib)
 	stats(200, testUUID, 5496*mib, 0)
@@ -46,14 +93,9 @@ func oomFixture(t *testing.T) (*Store, *nvml.Snapshot) {
 	return store, snap
 }
 
-func describeFixture(pid uint32) ProcessLabels {
-	switch pid {
-	case 100:
-		return ProcessLabels{Comm: "train", Namespace: "ml", Pod: "trainer-0", Container: "main"}
-	case 200:
-		return ProcessLabels{Comm: "eval"}
-	}
-	return ProcessLabels{}
+var describeFixture = fakeResolver{
+	100: {Comm: "train", Namespace: "ml", Pod: "trainer-0", Container: "main"},
+	200: {Comm: "eval"},
 }
 
 func u64(v uint64) *uint64 { return &v }
@@ -61,31 +103,27 @@ func u64(v uint64) *uint64 { return &v }
 func TestOOMReportDescribesTheWholeDevice(t *testing.T) {
 	store, snap := oomFixture(t)
 	var logBuf bytes.Buffer
-	reports := NewOOMReports(4, func() *nvml.Snapshot { return snap }, store, describeFixture, log.NewLogfmtLogger(&logBuf))
-	_, ev, err := store.oom(nil, identity{pid: 100, startTime: 1}, OOMMessage{UUID: testUUID, RequestedBytes: 916 * mib, LimitBytes: Some(4096 * mib)}, t0, DefaultMaxDevices)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reports.Record(ev)
+	reports := New(4, sources(snap, store), log.NewLogfmtLogger(&logBuf))
+	reports.Record(feedOOM(t, store, 100, allocstats.OOMMessage{UUID: testUUID, RequestedBytes: 916 * mib, LimitBytes: allocstats.Some(4096 * mib)}))
 
 	list := reports.List()
 	if len(list) != 1 {
 		t.Fatalf("List has %d reports, want 1", len(list))
 	}
 	got := list[0]
-	want := OOMReport{
+	want := Report{
 		Time: t0, GPU: "3", UUID: testUUID, PID: 100,
 		Comm: "train", Namespace: "ml", Pod: "trainer-0", Container: "main",
 		RequestedBytes: 916 * mib, LimitBytes: u64(4096 * mib),
-		DeviceMemory: &OOMDeviceMemory{TotalBytes: 143771 * mib, UsedBytes: 11000 * mib, FreeBytes: 132771 * mib, ReservedBytes: u64(615 * mib)},
-		Totals: OOMTotals{
+		DeviceMemory: &DeviceMemory{TotalBytes: 143771 * mib, UsedBytes: 11000 * mib, FreeBytes: 132771 * mib, ReservedBytes: u64(615 * mib)},
+		Totals: Totals{
 			ReservedBytes:     (3072 + 5496 + 100 + 200) * mib,
 			ActiveBytes:       (3000 + 0 + 100 + 50) * mib,
 			InactiveBytes:     (72 + 5496 + 0 + 150) * mib,
 			ContextBytes:      (518 + 520) * mib,
 			UnattributedBytes: u64((11000 - 3590 - 6016 - 522) * mib),
 		},
-		Processes: []OOMProcess{
+		Processes: []Process{
 			{PID: 200, Comm: "eval", NVMLListed: true, UsedBytes: u64(6016 * mib), ContextBytes: u64(520 * mib), ReservedBytes: u64(5496 * mib), ActiveBytes: u64(0), InactiveBytes: u64(5496 * mib)},
 			{PID: 100, Comm: "train", Namespace: "ml", Pod: "trainer-0", Container: "main", Reporting: true, NVMLListed: true, UsedBytes: u64(3590 * mib), ContextBytes: u64(518 * mib), ReservedBytes: u64(3072 * mib), ActiveBytes: u64(3000 * mib), InactiveBytes: u64(72 * mib)},
 			{PID: 300, Comm: "ffmpeg", NVMLListed: true, UsedBytes: u64(522 * mib)},
@@ -111,27 +149,22 @@ func TestOOMReportDescribesTheWholeDevice(t *testing.T) {
 }
 
 func TestOOMReportWithoutNVMLKnowledge(t *testing.T) {
-	store := NewStore(time.Minute)
-	ev, ok := store.RecordOOMSynthetic(7, testUUID, 5, t0)
-	if !ok {
-		t.Fatal("RecordOOMSynthetic failed")
-	}
-	reports := NewOOMReports(0, nil, store, nil, nil)
-	reports.Record(ev)
+	store := allocstats.NewStore(time.Minute)
+	reports := New(0, sources(nil, store), nil)
+	reports.Record(feedOOM(t, store, 7, allocstats.OOMMessage{UUID: testUUID, RequestedBytes: 5}))
 	got := reports.List()[0]
-	if got.GPU != "" || got.DeviceMemory != nil || !got.Synthetic || got.Totals.UnattributedBytes != nil {
+	if got.GPU != "" || got.DeviceMemory != nil || got.Totals.UnattributedBytes != nil || len(got.Processes) != 0 {
 		t.Errorf("report without a snapshot and without stats: %+v", got)
 	}
-	want := OOMProcess{PID: 7, Reporting: true}
-	if len(got.Processes) != 1 || got.Processes[0] != want {
-		t.Errorf("processes = %+v, want only the reporter, without figures", got.Processes)
+	if got.PID != 7 || got.RequestedBytes != 5 {
+		t.Errorf("report = %+v, want pid 7 asking for 5 bytes", got)
 	}
 }
 
 func TestOOMReportsKeepTheNewestInARing(t *testing.T) {
-	reports := NewOOMReports(2, nil, nil, nil, nil)
+	reports := New(2, attribution.Sources{}, nil)
 	for i := uint64(1); i <= 3; i++ {
-		reports.Record(OOMEvent{Time: t0, PID: uint32(i), UUID: testUUID, Requested: i})
+		reports.Record(allocstats.OOMEvent{Time: t0, PID: uint32(i), UUID: testUUID, Requested: i})
 		if n := len(reports.List()); n != int(min(i, 2)) {
 			t.Fatalf("after %d reports List has %d", i, n)
 		}
@@ -143,7 +176,7 @@ func TestOOMReportsKeepTheNewestInARing(t *testing.T) {
 }
 
 func TestOOMReportsHTTP(t *testing.T) {
-	reports := NewOOMReports(2, nil, nil, nil, nil)
+	reports := New(2, attribution.Sources{}, nil)
 	get := func(method string) *httptest.ResponseRecorder {
 		rec := httptest.NewRecorder()
 		reports.ServeHTTP(rec, httptest.NewRequest(method, "/api/v1/oom-reports", nil))
@@ -152,7 +185,7 @@ func TestOOMReportsHTTP(t *testing.T) {
 	if rec := get(http.MethodGet); rec.Code != 200 || rec.Body.String() != `{"reports":[]}`+"\n" || rec.Header().Get("Content-Type") != "application/json" {
 		t.Errorf("empty: %d %q %q", rec.Code, rec.Header().Get("Content-Type"), rec.Body.String())
 	}
-	reports.Record(OOMEvent{Time: t0, PID: 9, UUID: testUUID, Requested: 1, Free: Some(2)})
+	reports.Record(allocstats.OOMEvent{Time: t0, PID: 9, UUID: testUUID, Requested: 1, Free: allocstats.Some(2)})
 	rec := get(http.MethodGet)
 	var body struct {
 		Reports []map[string]any `json:"reports"`
@@ -184,16 +217,12 @@ func TestOOMLoggingIsRateLimited(t *testing.T) {
 		}
 		return nil
 	})
-	reports := NewOOMReports(2, nil, nil, nil, logger)
+	reports := New(2, attribution.Sources{}, logger)
 	for i := 0; i < 100; i++ {
-		reports.Record(OOMEvent{Time: t0, PID: 1, UUID: testUUID})
+		reports.Record(allocstats.OOMEvent{Time: t0, PID: 1, UUID: testUUID})
 	}
 	if warns != 10 {
 		t.Errorf("100 OOMs at once logged %d warnings, want the burst of 10", warns)
-	}
-	reports.Record(OOMEvent{Time: t0.Add(time.Minute), PID: 1, UUID: testUUID})
-	if warns != 11 {
-		t.Errorf("an OOM a minute later was not logged at warn")
 	}
 }
 
@@ -209,22 +238,18 @@ func toString(v any) string {
 // inside the OOM observer) before NVML's next poll: the process is ranked
 // by the larger of the two.
 func TestOOMReportRanksByTheLargerOfUsedAndReserved(t *testing.T) {
-	snap := &nvml.Snapshot{Devices: []nvml.Device{{
+	snap := &nvmlpoll.Snapshot{Devices: []nvmlpoll.Device{{
 		Index: 0, UUID: testUUID, HasMemory: true, HasProcesses: true,
-		Memory: nvml.Memory{Total: 143771 * mib, Used: 2000 * mib, Free: 141771 * mib},
-		Processes: []nvml.Process{
+		Memory: nvmlpoll.Memory{Total: 143771 * mib, Used: 2000 * mib, Free: 141771 * mib},
+		Processes: []nvmlpoll.Process{
 			{PID: 100, HasUsed: true, UsedBytes: 522 * mib},
 			{PID: 200, HasUsed: true, UsedBytes: 1478 * mib},
 		},
 	}}}
-	store := NewStore(time.Minute)
-	mustStats(t, store, nil, identity{pid: 100, startTime: 1}, t0, DeviceReport{UUID: testUUID, Reserved: 3666 * mib, Active: Some(3664 * mib)})
-	reports := NewOOMReports(1, func() *nvml.Snapshot { return snap }, store, nil, log.NewNopLogger())
-	_, ev, err := store.oom(nil, identity{pid: 100, startTime: 1}, OOMMessage{UUID: testUUID, RequestedBytes: 916 * mib}, t0, DefaultMaxDevices)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reports.Record(ev)
+	store := allocstats.NewStore(time.Minute)
+	feed(t, store, 100, allocstats.DeviceReport{UUID: testUUID, Reserved: 3666 * mib, Active: allocstats.Some(3664 * mib)})
+	reports := New(1, sources(snap, store), log.NewNopLogger())
+	reports.Record(feedOOM(t, store, 100, allocstats.OOMMessage{UUID: testUUID, RequestedBytes: 916 * mib}))
 	got := reports.List()[0].Processes
 	if len(got) != 2 || got[0].PID != 100 || got[0].ContextBytes != nil {
 		t.Errorf("processes = %+v; want pid 100 (3666 MiB reserved) first, and no context while NVML's used is older than its reserved", got)

@@ -1,4 +1,4 @@
-package collector
+package attribution
 
 import (
 	"bufio"
@@ -7,26 +7,26 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
 	"github.com/go-kit/log"
 
 	"github.com/gpumem/gpumem_exporter/allocstats"
-	"github.com/gpumem/gpumem_exporter/nvml"
+	"github.com/gpumem/gpumem_exporter/internal/mocknode"
+	"github.com/gpumem/gpumem_exporter/nvmlpoll"
 	"github.com/gpumem/gpumem_exporter/workload"
 )
 
 // joinSnapshot has GPU 0 listing pid 10 (named "nvml-name" by NVML), GPU 1
 // in MIG mode and its instance listing pid 20.
-func joinSnapshot() *nvml.Snapshot {
-	return &nvml.Snapshot{Devices: []nvml.Device{
-		{Index: 0, UUID: gpuUUID(0), MIGMode: nvml.MIGDisabled, HasMemory: true, HasProcesses: true,
-			Processes: []nvml.Process{{PID: 10, HasUsed: true, UsedBytes: 5 * GiB, Name: "nvml-name"}}},
-		{Index: 1, UUID: gpuUUID(1), MIGMode: nvml.MIGEnabled},
+func joinSnapshot() *nvmlpoll.Snapshot {
+	return &nvmlpoll.Snapshot{Devices: []nvmlpoll.Device{
+		{Index: 0, UUID: gpuUUID(0), MIGMode: nvmlpoll.MIGDisabled, HasMemory: true, HasProcesses: true,
+			Processes: []nvmlpoll.Process{{PID: 10, HasUsed: true, UsedBytes: 5 * GiB, Name: "nvml-name"}}},
+		{Index: 1, UUID: gpuUUID(1), MIGMode: nvmlpoll.MIGEnabled},
 		{Index: 1, UUID: migUUID(1, 0), ParentUUID: gpuUUID(1), HasMemory: true, HasProcesses: true,
-			Processes: []nvml.Process{{PID: 20, HasUsed: true, UsedBytes: 3 * GiB}}},
+			Processes: []nvmlpoll.Process{{PID: 20, HasUsed: true, UsedBytes: 3 * GiB}}},
 	}}
 }
 
@@ -36,7 +36,7 @@ func allocProc(pid uint32, start uint64, uuid string) allocstats.Process {
 }
 
 // rowKey names a row for the tests: "pid@uuid", "+alloc" when joined.
-func rowKeys(rows []Holding) []string {
+func rowKeys(rows []Row) []string {
 	var out []string
 	for _, r := range rows {
 		k := fmt.Sprintf("%d@%s", r.PID, r.UUID)
@@ -78,7 +78,7 @@ func TestJoinProcesses(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			rows := joinProcesses(joinSnapshot(), tc.procs, Sources{Workload: tc.resolver})
+			rows := Join(joinSnapshot(), tc.procs, tc.resolver)
 			if got := rowKeys(rows); fmt.Sprint(got) != fmt.Sprint(tc.want) {
 				t.Errorf("rows = %v, want %v", got, tc.want)
 			}
@@ -97,7 +97,7 @@ func TestJoinCommFallsBackToNVMLName(t *testing.T) {
 		{"resolver does not know the pid", nil, "nvml-name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rows := joinProcesses(joinSnapshot(), nil, Sources{Workload: tc.resolver})
+			rows := Join(joinSnapshot(), nil, tc.resolver)
 			if rows[0].PID != 10 || rows[0].Comm != tc.want {
 				t.Errorf("comm of pid 10 = %q, want %q", rows[0].Comm, tc.want)
 			}
@@ -106,7 +106,7 @@ func TestJoinCommFallsBackToNVMLName(t *testing.T) {
 }
 
 func TestJoinWithoutSnapshotExportsNoAllocatorRows(t *testing.T) {
-	rows := joinProcesses(nil, []allocstats.Process{allocProc(30, 0, gpuUUID(0))}, Sources{})
+	rows := Join(nil, []allocstats.Process{allocProc(30, 0, gpuUUID(0))}, nil)
 	if len(rows) != 0 {
 		t.Errorf("rows without an NVML snapshot = %v, want none: no device to label them with", rowKeys(rows))
 	}
@@ -115,7 +115,7 @@ func TestJoinWithoutSnapshotExportsNoAllocatorRows(t *testing.T) {
 // A MIG-mode parent exports only gpu_info (its memory is its instances'),
 // so a report naming the parent must not bring process series onto it.
 func TestJoinKeepsAllocatorRowsOffTheMIGParent(t *testing.T) {
-	rows := joinProcesses(joinSnapshot(), []allocstats.Process{allocProc(40, 0, gpuUUID(1))}, Sources{})
+	rows := Join(joinSnapshot(), []allocstats.Process{allocProc(40, 0, gpuUUID(1))}, nil)
 	for _, r := range rows {
 		if r.UUID == gpuUUID(1) {
 			t.Errorf("row %d@%s on the MIG-mode parent: its series would sit beside its instances' and sum() would count them twice", r.PID, r.UUID)
@@ -124,7 +124,7 @@ func TestJoinKeepsAllocatorRowsOffTheMIGParent(t *testing.T) {
 }
 
 // CUDA names a MIG instance by the same 16 bytes that NVML spells MIG-…,
-// and clients can only prefix them with GPU- (nvml.Snapshot.Device). The
+// and clients can only prefix them with GPU- (nvmlpoll.Snapshot.Device). The
 // join matches allocator-only reports by that body; the NVML join must
 // too, or the process gets two rows on the instance: NVML's without its
 // allocator stats (so no context_bytes) and an "allocator-only" one, hence
@@ -132,7 +132,7 @@ func TestJoinKeepsAllocatorRowsOffTheMIGParent(t *testing.T) {
 func TestJoinMatchesAMIGReportSpelledGPU(t *testing.T) {
 	mig := migUUID(1, 0)
 	spelledGPU := "GPU-" + mig[len("MIG-"):]
-	rows := joinProcesses(joinSnapshot(), []allocstats.Process{allocProc(20, 0, spelledGPU)}, Sources{})
+	rows := Join(joinSnapshot(), []allocstats.Process{allocProc(20, 0, spelledGPU)}, nil)
 	want := []string{"10@" + gpuUUID(0), "20@" + mig + "+alloc"}
 	if got := rowKeys(rows); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("rows = %v, want %v", got, want)
@@ -147,46 +147,56 @@ func TestPidReuseGuardOverTheSocket(t *testing.T) {
 	const reportedStart = 111
 	pid := uint32(os.Getpid())
 	store := reportOverSocket(t, pid, reportedStart)
-
-	node := twoGPUNode()
-	node.setUsed(0, 0, proc(pid, 4*GiB))
-	p := newPoller(t, node)
+	listed := &nvmlpoll.Snapshot{Devices: []nvmlpoll.Device{{Index: 0, UUID: gpuUUID(0), HasMemory: true, HasProcesses: true,
+		Processes: []nvmlpoll.Process{{PID: pid, HasUsed: true, UsedBytes: 4 * GiB}}}}}
+	unlisted := &nvmlpoll.Snapshot{Devices: []nvmlpoll.Device{{Index: 0, UUID: gpuUUID(0), HasMemory: true, HasProcesses: true}}}
 	for _, tc := range []struct {
 		name      string
+		snap      *nvmlpoll.Snapshot
 		liveStart uint64
-		joined    bool
+		want      []string
 	}{
-		{"same process", reportedStart, true},
-		{"pid reused since the report", 222, false},
-		{"live start time unknown", 0, true},
+		{"same process", listed, reportedStart, []string{fmt.Sprintf("%d@%s+alloc", pid, gpuUUID(0))}},
+		{"pid reused since the report", listed, 222, []string{fmt.Sprintf("%d@%s", pid, gpuUUID(0))}},
+		{"live start time unknown", listed, 0, []string{fmt.Sprintf("%d@%s+alloc", pid, gpuUUID(0))}},
+		{"a stale report of a pid NVML does not list is not kept either", unlisted, 222, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			reg := newRegistry(t, sources(p, store, fakeResolver{pid: {StartTime: tc.liveStart, Comm: "go-test"}}))
-			s := gather(t, reg)
-			me := []string{"pid", strconv.Itoa(int(pid))}
-			one(t, s, "gpumem_process_memory_used_bytes", me...)
-			alloc := len(find(s, "gpumem_allocator_reserved_bytes", me...))
-			ctx := len(find(s, "gpumem_process_context_bytes", me...))
-			if tc.joined && (alloc != 1 || ctx != 1) {
-				t.Errorf("live start %d, reported %d: %d allocator and %d context series, want the report joined (1 and 1)", tc.liveStart, reportedStart, alloc, ctx)
+			src := Sources{NVML: fixedSnapshot{tc.snap}, Allocator: store, Workload: fakeResolver{pid: {StartTime: tc.liveStart, Comm: "go-test"}}}
+			rows := src.Read().Rows
+			if got := rowKeys(rows); fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Errorf("live start %d, reported %d: rows = %v, want %v", tc.liveStart, reportedStart, got, tc.want)
 			}
-			if !tc.joined && (alloc != 0 || ctx != 0) {
-				t.Errorf("live start %d, reported %d: %d allocator and %d context series, want none (the report is an earlier process's)", tc.liveStart, reportedStart, alloc, ctx)
+			for _, r := range rows {
+				if _, ok := r.Context(); ok != (r.Alloc != nil) {
+					t.Errorf("row %d@%s: context known = %v with allocator stats %v", r.PID, r.UUID, ok, r.Alloc != nil)
+				}
 			}
 		})
 	}
-
-	// Without NVML listing the pid, a stale report is not exported as
-	// allocator-only either.
-	node.setUsed(0, 0)
-	if err := p.Poll(); err != nil {
-		t.Fatal(err)
-	}
-	reg := newRegistry(t, sources(p, store, fakeResolver{pid: {StartTime: 222}}))
-	if n := len(find(gather(t, reg), "gpumem_process_info", "pid", strconv.Itoa(int(pid)))); n != 0 {
-		t.Errorf("a stale report of pid %d not listed by NVML exports %d process_info series, want 0", pid, n)
-	}
 }
+
+type fixedSnapshot struct{ s *nvmlpoll.Snapshot }
+
+func (f fixedSnapshot) Snapshot() *nvmlpoll.Snapshot { return f.s }
+
+// fakeResolver is a workload cache over a fixed map.
+type fakeResolver map[uint32]workload.Info
+
+func (r fakeResolver) Lookup(pid uint32) (workload.Info, bool) {
+	in, ok := r[pid]
+	if ok {
+		in.PID = pid
+	}
+	return in, ok
+}
+
+var (
+	gpuUUID = mocknode.GPUUUID
+	migUUID = mocknode.MIGUUID
+)
+
+const GiB = mocknode.GiB
 
 // reportOverSocket serves a store on a temporary socket whose StartTime
 // hook says start, and pushes a hello and one stats message from this
@@ -246,4 +256,4 @@ func reportOverSocket(t *testing.T, pid uint32, start uint64) *allocstats.Store 
 	}
 }
 
-var _ workload.Resolver = fakeResolver(nil)
+var _ Lookup = fakeResolver(nil)

@@ -2,7 +2,7 @@
 // goroutine and publishes it as immutable snapshots. Two backends share the
 // poller: the real library (go-nvml) and a simulated node built on go-nvml's
 // dgxh200 mock.
-package nvml
+package nvmlpoll
 
 import (
 	"strconv"

@@ -1,4 +1,4 @@
-package nvml
+package nvmlpoll
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/go-kit/log"
 	"github.com/go-kit/log/level"
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,9 +20,9 @@ const notAvailable = ^uint64(0)
 
 // Config configures a Poller.
 type Config struct {
-	// Lib is the NVML library: gonvml.New() for a real GPU, a mock or the
+	// Lib is the NVML library: nvml.New() for a real GPU, a mock or the
 	// simulator otherwise. The poller calls Init on it.
-	Lib      gonvml.Interface
+	Lib      nvml.Interface
 	Interval time.Duration
 	Logger   log.Logger
 	// OnPoll hooks run in the poll goroutine after each published snapshot
@@ -199,17 +199,17 @@ func sleep(ctx context.Context, d time.Duration) bool {
 
 func (p *Poller) init() (err error) {
 	defer recoverInto(&err, "nvmlInit")
-	if ret := p.cfg.Lib.Init(); ret != gonvml.SUCCESS {
+	if ret := p.cfg.Lib.Init(); ret != nvml.SUCCESS {
 		p.errors.WithLabelValues("Init").Inc()
 		return fmt.Errorf("initialising NVML: %w", ret)
 	}
 	p.initialised = true
-	if v, ret := p.cfg.Lib.SystemGetDriverVersion(); ret == gonvml.SUCCESS {
+	if v, ret := p.cfg.Lib.SystemGetDriverVersion(); ret == nvml.SUCCESS {
 		p.driver = v
 	} else {
 		p.countError("SystemGetDriverVersion", ret)
 	}
-	if v, ret := p.cfg.Lib.SystemGetCudaDriverVersion(); ret == gonvml.SUCCESS {
+	if v, ret := p.cfg.Lib.SystemGetCudaDriverVersion(); ret == nvml.SUCCESS {
 		p.cudaDriver = fmt.Sprintf("%d.%d", v/1000, (v%1000)/10)
 	} else {
 		p.countError("SystemGetCudaDriverVersion", ret)
@@ -231,7 +231,7 @@ func recoverInto(err *error, call string) {
 	}
 }
 
-func (p *Poller) countError(call string, ret gonvml.Return) {
+func (p *Poller) countError(call string, ret nvml.Return) {
 	p.errors.WithLabelValues(call).Inc()
 	key := call + ":" + ret.Error()
 	if !p.reported[key] {
@@ -291,9 +291,9 @@ func (p *Poller) publish(s *Snapshot) {
 func (p *Poller) poll() (*Snapshot, error) {
 	lib := p.cfg.Lib
 	count, ret := lib.DeviceGetCount()
-	if ret != gonvml.SUCCESS {
+	if ret != nvml.SUCCESS {
 		p.countError("DeviceGetCount", ret)
-		if ret == gonvml.ERROR_UNINITIALIZED || ret == gonvml.ERROR_DRIVER_NOT_LOADED || ret == gonvml.ERROR_LIBRARY_NOT_FOUND {
+		if ret == nvml.ERROR_UNINITIALIZED || ret == nvml.ERROR_DRIVER_NOT_LOADED || ret == nvml.ERROR_LIBRARY_NOT_FOUND {
 			return nil, fmt.Errorf("counting devices: %w: %w", ret, errLost)
 		}
 		return nil, fmt.Errorf("counting devices: %w", ret)
@@ -307,7 +307,7 @@ func (p *Poller) poll() (*Snapshot, error) {
 	seenPIDs := make(map[uint32]struct{})
 	for i := 0; i < count; i++ {
 		dev, ret := lib.DeviceGetHandleByIndex(i)
-		if ret != gonvml.SUCCESS {
+		if ret != nvml.SUCCESS {
 			p.countError("DeviceGetHandleByIndex", ret)
 			continue
 		}
@@ -339,20 +339,20 @@ func (p *Poller) poll() (*Snapshot, error) {
 
 // readDevice reads a device's identity. Without a UUID the device cannot be
 // labelled and is skipped.
-func (p *Poller) readDevice(dev gonvml.Device, index int, parentUUID string) (Device, bool) {
+func (p *Poller) readDevice(dev nvml.Device, index int, parentUUID string) (Device, bool) {
 	uuid, ret := dev.GetUUID()
-	if ret != gonvml.SUCCESS {
+	if ret != nvml.SUCCESS {
 		p.countError("GetUUID", ret)
 		return Device{}, false
 	}
 	d := Device{Index: index, UUID: uuid, ParentUUID: parentUUID}
-	if name, ret := dev.GetName(); ret == gonvml.SUCCESS {
+	if name, ret := dev.GetName(); ret == nvml.SUCCESS {
 		d.Name = name
 	} else {
 		p.countError("GetName", ret)
 	}
 	if parentUUID == "" {
-		if pci, ret := dev.GetPciInfo(); ret == gonvml.SUCCESS {
+		if pci, ret := dev.GetPciInfo(); ret == nvml.SUCCESS {
 			d.PCIBusID = busID(pci)
 		} else {
 			p.countError("GetPciInfo", ret)
@@ -361,7 +361,7 @@ func (p *Poller) readDevice(dev gonvml.Device, index int, parentUUID string) (De
 	return d, true
 }
 
-func busID(pci gonvml.PciInfo) string {
+func busID(pci nvml.PciInfo) string {
 	b := make([]byte, 0, len(pci.BusId))
 	for _, c := range pci.BusId {
 		if c == 0 {
@@ -375,34 +375,34 @@ func busID(pci gonvml.PciInfo) string {
 	return string(b)
 }
 
-func (p *Poller) migMode(dev gonvml.Device) string {
+func (p *Poller) migMode(dev nvml.Device) string {
 	current, _, ret := dev.GetMigMode()
 	switch {
-	case ret == gonvml.ERROR_NOT_SUPPORTED:
+	case ret == nvml.ERROR_NOT_SUPPORTED:
 		return MIGUnsupported
-	case ret != gonvml.SUCCESS:
+	case ret != nvml.SUCCESS:
 		p.countError("GetMigMode", ret)
 		return MIGUnsupported
-	case current == gonvml.DEVICE_MIG_ENABLE:
+	case current == nvml.DEVICE_MIG_ENABLE:
 		return MIGEnabled
 	default:
 		return MIGDisabled
 	}
 }
 
-func (p *Poller) readMIGDevices(dev gonvml.Device, parent Device, seenPeaks map[peakKey]struct{}, seenPIDs map[uint32]struct{}) []Device {
+func (p *Poller) readMIGDevices(dev nvml.Device, parent Device, seenPeaks map[peakKey]struct{}, seenPIDs map[uint32]struct{}) []Device {
 	max, ret := dev.GetMaxMigDeviceCount()
-	if ret != gonvml.SUCCESS {
+	if ret != nvml.SUCCESS {
 		p.countError("GetMaxMigDeviceCount", ret)
 		return nil
 	}
 	var out []Device
 	for j := 0; j < max; j++ {
 		mig, ret := dev.GetMigDeviceHandleByIndex(j)
-		if ret == gonvml.ERROR_NOT_FOUND || ret == gonvml.ERROR_INVALID_ARGUMENT {
+		if ret == nvml.ERROR_NOT_FOUND || ret == nvml.ERROR_INVALID_ARGUMENT {
 			continue // no instance in this slot
 		}
-		if ret != gonvml.SUCCESS {
+		if ret != nvml.SUCCESS {
 			p.countError("GetMigDeviceHandleByIndex", ret)
 			continue
 		}
@@ -417,7 +417,7 @@ func (p *Poller) readMIGDevices(dev gonvml.Device, parent Device, seenPeaks map[
 	return out
 }
 
-func (p *Poller) fillMemoryAndProcesses(dev gonvml.Device, d *Device, seenPeaks map[peakKey]struct{}, seenPIDs map[uint32]struct{}) {
+func (p *Poller) fillMemoryAndProcesses(dev nvml.Device, d *Device, seenPeaks map[peakKey]struct{}, seenPIDs map[uint32]struct{}) {
 	d.Memory, d.HasMemory = p.memory(dev, d.UUID)
 	procs, ok := p.processes(dev)
 	d.HasProcesses = ok
@@ -435,13 +435,13 @@ func (p *Poller) fillMemoryAndProcesses(dev gonvml.Device, d *Device, seenPeaks 
 	d.Processes = procs
 }
 
-func (p *Poller) memory(dev gonvml.Device, uuid string) (Memory, bool) {
+func (p *Poller) memory(dev nvml.Device, uuid string) (Memory, bool) {
 	if !p.useV1[uuid] {
 		m, ret := dev.GetMemoryInfo_v2()
 		switch ret {
-		case gonvml.SUCCESS:
+		case nvml.SUCCESS:
 			return Memory{Total: m.Total, Free: m.Free, Used: m.Used, Reserved: m.Reserved, HasReserved: true}, true
-		case gonvml.ERROR_FUNCTION_NOT_FOUND, gonvml.ERROR_NOT_SUPPORTED, gonvml.ERROR_ARGUMENT_VERSION_MISMATCH:
+		case nvml.ERROR_FUNCTION_NOT_FOUND, nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_ARGUMENT_VERSION_MISMATCH:
 			p.useV1[uuid] = true
 			level.Info(p.logger).Log("msg", "NVML memory info v2 unavailable; using v1, where used includes the driver's reservation", "uuid", uuid, "err", ret.Error())
 		default:
@@ -450,7 +450,7 @@ func (p *Poller) memory(dev gonvml.Device, uuid string) (Memory, bool) {
 		}
 	}
 	m, ret := dev.GetMemoryInfo()
-	if ret != gonvml.SUCCESS {
+	if ret != nvml.SUCCESS {
 		p.countError("GetMemoryInfo", ret)
 		return Memory{}, false
 	}
@@ -459,10 +459,10 @@ func (p *Poller) memory(dev gonvml.Device, uuid string) (Memory, bool) {
 
 // processes merges the compute and graphics lists. It fails only when
 // neither list could be read.
-func (p *Poller) processes(dev gonvml.Device) ([]Process, bool) {
+func (p *Poller) processes(dev nvml.Device) ([]Process, bool) {
 	byPID := make(map[uint32]*Process)
 	var order []uint32
-	add := func(infos []gonvml.ProcessInfo, compute bool) {
+	add := func(infos []nvml.ProcessInfo, compute bool) {
 		for _, info := range infos {
 			pr, ok := byPID[info.Pid]
 			if !ok {
@@ -482,20 +482,20 @@ func (p *Poller) processes(dev gonvml.Device) ([]Process, bool) {
 		}
 	}
 	compute, cret := dev.GetComputeRunningProcesses()
-	if cret == gonvml.SUCCESS {
+	if cret == nvml.SUCCESS {
 		add(compute, true)
 	} else {
 		p.countError("GetComputeRunningProcesses", cret)
 	}
 	graphics, gret := dev.GetGraphicsRunningProcesses()
-	if gret == gonvml.SUCCESS {
+	if gret == nvml.SUCCESS {
 		add(graphics, false)
-	} else if gret != gonvml.ERROR_NOT_SUPPORTED || cret != gonvml.SUCCESS {
+	} else if gret != nvml.ERROR_NOT_SUPPORTED || cret != nvml.SUCCESS {
 		// Graphics lists are unsupported on many data-centre configurations
 		// (MIG instances among them): count it only when it matters.
 		p.countError("GetGraphicsRunningProcesses", gret)
 	}
-	if cret != gonvml.SUCCESS && gret != gonvml.SUCCESS {
+	if cret != nvml.SUCCESS && gret != nvml.SUCCESS {
 		return nil, false
 	}
 	sort.Slice(order, func(i, j int) bool { return order[i] < order[j] })
@@ -513,7 +513,7 @@ func (p *Poller) processName(pid uint32) string {
 		return name
 	}
 	name, ret := p.cfg.Lib.SystemGetProcessName(int(pid))
-	if ret != gonvml.SUCCESS {
+	if ret != nvml.SUCCESS {
 		name = ""
 	}
 	p.names[pid] = name

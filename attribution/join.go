@@ -1,0 +1,187 @@
+// Package attribution is the one join of the exporter: NVML's processes on
+// each device, the allocator state that processes pushed over the socket,
+// and what /proc and Kubernetes say about each pid. Collectors, OOM reports
+// and the landing page all read its rows; none of them joins on its own.
+package attribution
+
+import (
+	"path"
+	"sort"
+
+	"github.com/gpumem/gpumem_exporter/allocstats"
+	"github.com/gpumem/gpumem_exporter/nvmlpoll"
+	"github.com/gpumem/gpumem_exporter/workload"
+)
+
+// Row is one process on one device: what NVML lists, what its allocator
+// reported, and what the workload cache knows.
+type Row struct {
+	GPU, UUID string
+	PID       uint32
+	NVML      *nvmlpoll.Process       // nil when NVML does not list the pid on the device
+	Alloc     *allocstats.DeviceStats // nil when the process reports no allocator state here
+	Framework string
+	Info      workload.Info
+	Comm      string // /proc's comm, else the base name of NVML's process name
+}
+
+// Context is NVML used minus allocator reserved: the CUDA context and
+// every allocation outside the allocator. It is known only where both are
+// and used is the larger (a burst between two polls can make NVML's figure
+// lag the allocator's).
+func (r *Row) Context() (uint64, bool) {
+	if r.NVML == nil || !r.NVML.HasUsed || r.Alloc == nil || r.NVML.UsedBytes < r.Alloc.Reserved {
+		return 0, false
+	}
+	return r.NVML.UsedBytes - r.Alloc.Reserved, true
+}
+
+// Lookup gives what the workload cache knows about a pid; workload.Resolver
+// implements it.
+type Lookup interface {
+	Lookup(pid uint32) (workload.Info, bool)
+}
+
+// Join pairs NVML's processes with the allocator reports by (pid, device)
+// and labels each with the workload cache (lookup may be nil). Allocator
+// reports are kept when NVML does not list the pid. A report whose process
+// start time differs from the live process's is from an earlier holder of
+// the pid and is dropped. Rows are sorted by device UUID, then pid.
+func Join(snap *nvmlpoll.Snapshot, procs []allocstats.Process, lookup Lookup) []Row {
+	type key struct {
+		pid  uint32
+		uuid string
+	}
+	type allocRef struct {
+		stats     *allocstats.DeviceStats
+		framework string
+		start     uint64
+	}
+	allocs := make(map[key]allocRef)
+	for i := range procs {
+		p := &procs[i]
+		for j := range p.Devices {
+			if !p.Devices[j].HasStats {
+				continue // only an oom message so far: no allocator state
+			}
+			// Key by NVML's spelling: a MIG instance may be reported as
+			// GPU-<same hex>.
+			uuid := p.Devices[j].UUID
+			if d, ok := snap.Device(uuid); ok {
+				uuid = d.UUID
+			}
+			allocs[key{p.PID, uuid}] = allocRef{&p.Devices[j], p.Framework, p.StartTime}
+		}
+	}
+	infos := make(map[uint32]workload.Info)
+	info := func(pid uint32) workload.Info {
+		if in, ok := infos[pid]; ok {
+			return in
+		}
+		in := workload.Info{PID: pid}
+		if lookup != nil {
+			if got, ok := lookup.Lookup(pid); ok {
+				in = got
+			}
+		}
+		infos[pid] = in
+		return in
+	}
+	current := func(pid uint32, a allocRef) bool {
+		in := info(pid)
+		return a.start == 0 || in.StartTime == 0 || a.start == in.StartTime
+	}
+
+	var rows []Row
+	used := make(map[key]bool)
+	if snap != nil {
+		for i := range snap.Devices {
+			d := &snap.Devices[i]
+			if !d.ExportsMemory() {
+				continue
+			}
+			for j := range d.Processes {
+				p := &d.Processes[j]
+				r := Row{GPU: d.GPULabel(), UUID: d.UUID, PID: p.PID, NVML: p, Info: info(p.PID)}
+				r.Comm = r.Info.Comm
+				if r.Comm == "" && p.Name != "" {
+					r.Comm = path.Base(p.Name)
+				}
+				k := key{p.PID, d.UUID}
+				if a, ok := allocs[k]; ok && current(p.PID, a) {
+					r.Alloc, r.Framework = a.stats, a.framework
+				}
+				used[k] = true
+				rows = append(rows, r)
+			}
+		}
+	}
+	for k, a := range allocs {
+		if used[k] || !current(k.pid, a) {
+			continue
+		}
+		d, ok := snap.Device(k.uuid)
+		if !ok || !d.ExportsMemory() {
+			continue // the device is gone, or a MIG parent whose instances carry the memory
+		}
+		r := Row{GPU: d.GPULabel(), UUID: d.UUID, PID: k.pid, Alloc: a.stats, Framework: a.framework, Info: info(k.pid)}
+		r.Comm = r.Info.Comm
+		rows = append(rows, r)
+	}
+	sort.Slice(rows, func(i, j int) bool {
+		if rows[i].UUID != rows[j].UUID {
+			return rows[i].UUID < rows[j].UUID
+		}
+		return rows[i].PID < rows[j].PID
+	})
+	return rows
+}
+
+// SnapshotSource gives the latest NVML snapshot (nil before the first poll).
+type SnapshotSource interface {
+	Snapshot() *nvmlpoll.Snapshot
+}
+
+// AllocatorSource gives the allocator state pushed by instrumented
+// processes.
+type AllocatorSource interface {
+	Processes() []allocstats.Process
+}
+
+// Sources are what the join reads. Any may be nil.
+type Sources struct {
+	NVML      SnapshotSource
+	Allocator AllocatorSource
+	Workload  Lookup
+}
+
+// View is one consistent reading of the sources: a snapshot and the rows
+// joined from it.
+type View struct {
+	Snapshot *nvmlpoll.Snapshot
+	Rows     []Row
+}
+
+// Read takes the latest snapshot and allocator state and joins them.
+func (s Sources) Read() View {
+	var v View
+	if s.NVML != nil {
+		v.Snapshot = s.NVML.Snapshot()
+	}
+	var procs []allocstats.Process
+	if s.Allocator != nil {
+		procs = s.Allocator.Processes()
+	}
+	v.Rows = Join(v.Snapshot, procs, s.Workload)
+	return v
+}
+
+// Device returns the rows of the device uuid (NVML's spelling).
+func (v View) Device(uuid string) []Row {
+	i := sort.Search(len(v.Rows), func(i int) bool { return v.Rows[i].UUID >= uuid })
+	j := i
+	for j < len(v.Rows) && v.Rows[j].UUID == uuid {
+		j++
+	}
+	return v.Rows[i:j]
+}

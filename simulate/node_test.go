@@ -1,0 +1,154 @@
+package simulate
+
+import (
+	"testing"
+	"time"
+
+	"github.com/gpumem/gpumem_exporter/allocstats"
+	"github.com/gpumem/gpumem_exporter/nvmlpoll"
+)
+
+// recorder is a Sink that keeps what one step fed.
+type recorder struct {
+	reports []allocstats.DeviceReport
+	exited  []uint32
+	ooms    []allocstats.OOMMessage
+}
+
+func (r *recorder) Feed(_ allocstats.Identity, _ string, d []allocstats.DeviceReport, _ time.Time) error {
+	r.reports = append(r.reports, d...)
+	return nil
+}
+
+func (r *recorder) FeedOOM(id allocstats.Identity, m allocstats.OOMMessage, now time.Time) (allocstats.OOMEvent, error) {
+	r.ooms = append(r.ooms, m)
+	return allocstats.OOMEvent{PID: id.PID, UUID: m.UUID, Time: now}, nil
+}
+
+func (r *recorder) Remove(pid uint32) { r.exited = append(r.exited, pid) }
+
+func newPoller(n *Node) *nvmlpoll.Poller {
+	return nvmlpoll.NewPoller(nvmlpoll.Config{Lib: n.Interface(), BeforePoll: n.Step})
+}
+
+func pollOnce(t *testing.T, p *nvmlpoll.Poller) *nvmlpoll.Snapshot {
+	t.Helper()
+	if err := p.Poll(); err != nil {
+		t.Fatalf("poll: %v", err)
+	}
+	return p.Snapshot()
+}
+
+func TestSimulatedNodeInvariantsHoldAtEveryStep(t *testing.T) {
+	rec := &recorder{}
+	sim := New(Config{ProcessesPerGPU: 3, Seed: 7, Sink: rec})
+	p := newPoller(sim)
+	var sawUnattributed, sawPeakAbove, sawExit, sawOOM, sawInactive bool
+	for i := 0; i < 300; i++ {
+		*rec = recorder{}
+		snap := pollOnce(t, p)
+		if len(snap.Devices) != 8 {
+			t.Fatalf("step %d: %d devices", i, len(snap.Devices))
+		}
+		for _, d := range snap.Devices {
+			m := d.Memory
+			if m.Total != m.Free+m.Used+m.Reserved {
+				t.Fatalf("step %d GPU %d: total %d != free %d + used %d + reserved %d", i, d.Index, m.Total, m.Free, m.Used, m.Reserved)
+			}
+			if d.ProcessUsedSum() > m.Used {
+				t.Fatalf("step %d GPU %d: processes use more than the GPU", i, d.Index)
+			}
+			if d.Unattributed() > 0 {
+				if d.Index != UnattributedGPU {
+					t.Fatalf("step %d: unattributed memory on GPU %d", i, d.Index)
+				}
+				sawUnattributed = true
+			}
+			for _, pr := range d.Processes {
+				if pr.PeakBytes < pr.UsedBytes {
+					t.Fatalf("peak below used: %+v", pr)
+				}
+				if pr.PeakBytes > pr.UsedBytes {
+					sawPeakAbove = true
+				}
+				if pr.UsedBytes < ContextBytes {
+					t.Fatalf("process below the context baseline: %+v", pr)
+				}
+			}
+		}
+		sawExit = sawExit || len(rec.exited) > 0
+		sawOOM = sawOOM || len(rec.ooms) > 0
+		for _, a := range rec.reports {
+			if a.Active.V > a.Reserved || a.Allocated.V > a.Active.V || a.PeakReserved.V < a.Reserved || a.PeakActive.V < a.Active.V {
+				t.Fatalf("step %d: inconsistent allocator state %+v", i, a)
+			}
+			if a.Reserved > a.Active.V {
+				sawInactive = true
+			}
+		}
+	}
+	for what, saw := range map[string]bool{"unattributed memory": sawUnattributed, "a peak above used": sawPeakAbove,
+		"a process exit": sawExit, "an OOM": sawOOM, "inactive memory": sawInactive} {
+		if !saw {
+			t.Errorf("300 steps never showed %s", what)
+		}
+	}
+}
+
+func TestSimulatedNodeIsDeterministicForASeed(t *testing.T) {
+	run := func(seed int64) []uint64 {
+		p := newPoller(New(Config{ProcessesPerGPU: 2, Seed: seed}))
+		var used []uint64
+		for i := 0; i < 50; i++ {
+			snap := pollOnce(t, p)
+			for _, d := range snap.Devices {
+				used = append(used, d.Memory.Used)
+			}
+		}
+		return used
+	}
+	a, b, c := run(3), run(3), run(4)
+	same := func(x, y []uint64) bool {
+		for i := range x {
+			if x[i] != y[i] {
+				return false
+			}
+		}
+		return true
+	}
+	if !same(a, b) {
+		t.Error("the same seed gave two different runs")
+	}
+	if same(a, c) {
+		t.Error("different seeds gave the same run")
+	}
+}
+
+func TestSimulatedUUIDsArePinned(t *testing.T) {
+	snap := pollOnce(t, newPoller(New(Config{})))
+	for i, d := range snap.Devices {
+		if d.UUID != UUIDs[i] {
+			t.Errorf("GPU %d UUID = %s, want %s", i, d.UUID, UUIDs[i])
+		}
+	}
+}
+
+
+func TestAliveKnowsOnlyTheNodesPids(t *testing.T) {
+	sim := New(Config{ProcessesPerGPU: 1})
+	p := newPoller(sim)
+	snap := pollOnce(t, p)
+	pids := snap.PIDs()
+	if len(pids) == 0 {
+		t.Fatal("no process after the first step")
+	}
+	if alive, ok := sim.Alive(pids[0]); !alive || !ok {
+		t.Errorf("Alive(%d) = %v, %v for a listed process; want true, true", pids[0], alive, ok)
+	}
+	if _, ok := sim.Alive(1); ok {
+		t.Error("Alive(1) claims a real pid as the node's")
+	}
+	if alive, ok := sim.Alive(pidBase + 9999); alive || !ok {
+		t.Errorf("Alive of a node pid that never ran = %v, %v; want false, true", alive, ok)
+	}
+}
