@@ -11,13 +11,30 @@ import (
 // after each step.
 func run(t *testing.T, scenario string, seed uint64, d, dt time.Duration, f func(Tick)) {
 	t.Helper()
+	runNode(t, scenario, seed, d, dt, func(_ *Node, tk Tick) { f(tk) })
+}
+
+func runNode(t *testing.T, scenario string, seed uint64, d, dt time.Duration, f func(*Node, Tick)) {
+	t.Helper()
 	n, err := New(scenario, seed)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for n.Elapsed() < d {
-		f(n.Advance(dt))
+		f(n, n.Advance(dt))
 	}
+}
+
+// stepFloors returns the floor of the step each live process runs: what
+// active comes back to between batches.
+func stepFloors(n *Node) map[int]uint64 {
+	f := map[int]uint64{}
+	for _, j := range n.jobs {
+		for _, p := range j.procs {
+			f[p.PID] = p.floor
+		}
+	}
+	return f
 }
 
 // checkInvariants reports every broken rule of the memory model in tk.
@@ -199,6 +216,7 @@ type history struct {
 	first, last Process
 	samples     []Process
 	times       []time.Duration
+	floors      []uint64 // the running step's floor at each sample
 	oom         *OOM
 }
 
@@ -206,7 +224,8 @@ func histories(t *testing.T, scenario string, seed uint64, d, dt time.Duration) 
 	t.Helper()
 	h := map[int]*history{}
 	var ooms []OOM
-	run(t, scenario, seed, d, dt, func(tk Tick) {
+	runNode(t, scenario, seed, d, dt, func(n *Node, tk Tick) {
+		stepFloor := stepFloors(n)
 		for _, p := range tk.Processes {
 			ph := h[p.PID]
 			if ph == nil {
@@ -216,6 +235,7 @@ func histories(t *testing.T, scenario string, seed uint64, d, dt time.Duration) 
 			ph.last = p
 			ph.samples = append(ph.samples, p)
 			ph.times = append(ph.times, tk.Elapsed)
+			ph.floors = append(ph.floors, stepFloor[p.PID])
 		}
 		for _, o := range tk.OOMs {
 			o := o
@@ -228,14 +248,14 @@ func histories(t *testing.T, scenario string, seed uint64, d, dt time.Duration) 
 	return h, ooms
 }
 
-// floors returns the least active memory of each window of w samples,
-// after the first skip samples (loading).
-func floors(samples []Process, skip, w int) []uint64 {
+// floors returns the least step floor of each window of w samples, after
+// the first skip samples (loading).
+func floors(h *history, skip, w int) []uint64 {
 	var out []uint64
-	for i := skip; i+w <= len(samples); i += w {
-		m := samples[i].Active
-		for _, p := range samples[i : i+w] {
-			m = min(m, p.Active)
+	for i := skip; i+w <= len(h.floors); i += w {
+		m := h.floors[i]
+		for _, f := range h.floors[i : i+w] {
+			m = min(m, f)
 		}
 		out = append(out, m)
 	}
@@ -252,7 +272,7 @@ func TestScenariosBehaveAsNamed(t *testing.T) {
 		{Steady, func(t *testing.T, h map[int]*history, ooms []OOM) {
 			noOOMsNoRetries(t, h, ooms)
 			for pid, ph := range h {
-				f := floors(ph.samples, 120, 600) // 10-minute floors
+				f := floors(ph, 120, 600) // 10-minute floors
 				if lo, hi := minMax(f); float64(hi-lo) > 0.02*float64(hi) {
 					t.Errorf("pid %d: the floor of active moved from %d to %d in steady training", pid, lo, hi)
 				}
@@ -270,7 +290,7 @@ func TestScenariosBehaveAsNamed(t *testing.T) {
 				if age < 5*time.Minute || age > 40*time.Minute {
 					t.Errorf("pid %d: the leak reached OOM after %v, want 5 to 40 minutes", pid, age)
 				}
-				f := floors(ph.samples, 120, 120) // 2-minute floors
+				f := floors(ph, 120, 120) // 2-minute floors
 				for i := 1; i < len(f)-1; i++ {
 					if f[i] <= f[i-1] {
 						t.Errorf("pid %d: the floor of active fell or stayed (%d then %d) during a leak", pid, f[i-1], f[i])
@@ -302,7 +322,7 @@ func TestScenariosBehaveAsNamed(t *testing.T) {
 						break
 					}
 				}
-				if f := floors(ph.samples, 120, 120); len(f) > 2 && float64(f[len(f)-2]) > 1.05*float64(f[0]) {
+				if f := floors(ph, 120, 120); len(f) > 2 && float64(f[len(f)-2]) > 1.05*float64(f[0]) {
 					t.Errorf("pid %d: the floor of active climbed from %d to %d: growth is no leak", pid, f[0], f[len(f)-2])
 				}
 			}
@@ -326,7 +346,7 @@ func TestScenariosBehaveAsNamed(t *testing.T) {
 		{EvalNoGrad, func(t *testing.T, h map[int]*history, ooms []OOM) {
 			noOOMsNoRetries(t, h, ooms)
 			for pid, ph := range h {
-				f := floors(ph.samples, 120, 300)
+				f := floors(ph, 120, 300)
 				steps := 0
 				for i := 1; i < len(f); i++ {
 					switch {
