@@ -81,6 +81,7 @@ func TestSanity(t *testing.T) {
 	gomega.RegisterFailHandler(ginkgo.Fail)
 	suiteConfig, reporterConfig := ginkgo.GinkgoConfiguration()
 	reporterConfig.NoColor = true
+	reporterConfig.Succinct = true
 	suiteConfig.SkipStrings = append(suiteConfig.SkipStrings, `\[Controller Server\]`)
 	if !ginkgo.RunSpecs(t, "gpumem CSI sanity", suiteConfig, reporterConfig) {
 		return // RunSpecs has failed t
