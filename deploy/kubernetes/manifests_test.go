@@ -2,762 +2,332 @@ package kubernetes
 
 import (
 	"bytes"
+	"flag"
+	"fmt"
 	"os"
-	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"testing"
 
-	"github.com/alecthomas/kingpin/v2"
-	"github.com/prometheus/exporter-toolkit/web/kingpinflag"
+	"github.com/gpumem/gpumem_exporter/deploy/kubernetes/manifestcheck"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
+	psaapi "k8s.io/pod-security-admission/api"
 	"sigs.k8s.io/yaml"
 )
 
-// serviceMonitor is the part of monitoring.coreos.com/v1 ServiceMonitor that
-// the manifests use. It is decoded strictly, like the typed objects, so that
-// a misspelt field (which the API server would silently prune) fails here;
-// a real field not listed yet must be added.
-type serviceMonitor struct {
-	metav1.TypeMeta   `json:",inline"`
-	metav1.ObjectMeta `json:"metadata"`
-	Spec              struct {
-		Selector          metav1.LabelSelector `json:"selector"`
-		NamespaceSelector *struct {
-			Any        bool     `json:"any,omitempty"`
-			MatchNames []string `json:"matchNames,omitempty"`
-		} `json:"namespaceSelector,omitempty"`
-		JobLabel  string `json:"jobLabel,omitempty"`
-		Endpoints []struct {
-			Port          string `json:"port"`
-			Path          string `json:"path,omitempty"`
-			Scheme        string `json:"scheme,omitempty"`
-			Interval      string `json:"interval,omitempty"`
-			ScrapeTimeout string `json:"scrapeTimeout,omitempty"`
-			HonorLabels   bool   `json:"honorLabels,omitempty"`
-			Relabelings   []struct {
-				SourceLabels []string `json:"sourceLabels,omitempty"`
-				Separator    string   `json:"separator,omitempty"`
-				TargetLabel  string   `json:"targetLabel,omitempty"`
-				Regex        string   `json:"regex,omitempty"`
-				Replacement  string   `json:"replacement,omitempty"`
-				Action       string   `json:"action,omitempty"`
-			} `json:"relabelings,omitempty"`
-		} `json:"endpoints"`
-	} `json:"spec"`
+var update = flag.Bool("update", false, "regenerate prometheusrule.yaml and grafana-dashboards.yaml")
+
+const (
+	namespace      = "gpumem"
+	rulesSource    = "../prometheus/rules.yml"
+	dashboardsDir  = "../../dashboards"
+	rulesFile      = "prometheusrule.yaml"
+	dashboardsFile = "grafana-dashboards.yaml"
+)
+
+// notInKustomization are the files here that `kubectl apply -k` leaves out.
+var notInKustomization = []string{
+	"kustomization.yaml",
+	"example-workload.yaml",
+	"example-workload-hostpath.yaml",
+	"networkpolicy.yaml",
 }
 
-// object is one YAML document of one manifest file.
-type object struct {
-	file string
-	kind string
-	obj  any
-}
-
-// newObject returns what a document of apiVersion and kind decodes into.
-func newObject(apiVersion, kind string) any {
-	switch apiVersion + " " + kind {
-	case "v1 Namespace":
-		return &corev1.Namespace{}
-	case "v1 ServiceAccount":
-		return &corev1.ServiceAccount{}
-	case "v1 Service":
-		return &corev1.Service{}
-	case "v1 Pod":
-		return &corev1.Pod{}
-	case "v1 ConfigMap":
-		return &corev1.ConfigMap{}
-	case "apps/v1 DaemonSet":
-		return &appsv1.DaemonSet{}
-	case "batch/v1 Job":
-		return &batchv1.Job{}
-	case "rbac.authorization.k8s.io/v1 ClusterRole":
-		return &rbacv1.ClusterRole{}
-	case "rbac.authorization.k8s.io/v1 ClusterRoleBinding":
-		return &rbacv1.ClusterRoleBinding{}
-	case "monitoring.coreos.com/v1 ServiceMonitor":
-		return &serviceMonitor{}
-	case "kustomize.config.k8s.io/v1beta1 Kustomization":
-		// No Go type here; kustomize has many fields. Checked as a map.
-		return &map[string]any{}
+func indent(text, prefix string) string {
+	var b strings.Builder
+	for _, line := range strings.SplitAfter(text, "\n") {
+		if strings.TrimSpace(line) != "" {
+			b.WriteString(prefix)
+		}
+		b.WriteString(line)
 	}
-	return nil
+	return b.String()
 }
 
-var docSeparator = regexp.MustCompile(`(?m)^---[ \t]*$`)
+const generatedHeader = `# Generated from %s by manifests_test.go: do not edit. After
+# changing it, run: go test ./deploy/kubernetes -run TestGeneratedManifests -update
+#
+`
 
-// loadManifests decodes every document of every YAML file in this
-// directory, strictly (unknown or duplicate fields fail).
-func loadManifests(t *testing.T) []object {
+// generateRules returns prometheusrule.yaml: rules.yml under a
+// PrometheusRule's spec, with the comments on its rules but without its
+// header, which speaks of the file.
+func generateRules(t *testing.T) []byte {
+	t.Helper()
+	rules, err := os.ReadFile(rulesSource)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	fmt.Fprintf(&b, generatedHeader, "deploy/prometheus/rules.yml")
+	b.WriteString(`# The recording rules and alerts as a Prometheus Operator PrometheusRule.
+# kube-prometheus-stack only picks up PrometheusRules with its release label
+# by default (ruleSelector): add release: <its Helm release name> below.
+apiVersion: monitoring.coreos.com/v1
+kind: PrometheusRule
+metadata:
+  name: gpumem-exporter
+  namespace: gpumem
+  labels:
+    app.kubernetes.io/name: gpumem-exporter
+    app.kubernetes.io/component: rules
+    app.kubernetes.io/part-of: gpumem
+spec:
+`)
+	b.WriteString(indent(stripHeader(string(rules)), "  "))
+	return b.Bytes()
+}
+
+// stripHeader drops the comment and blank lines that open a YAML file.
+func stripHeader(text string) string {
+	for text != "" {
+		line, rest, _ := strings.Cut(text, "\n")
+		if l := strings.TrimSpace(line); l != "" && !strings.HasPrefix(l, "#") {
+			break
+		}
+		text = rest
+	}
+	return text
+}
+
+// generateDashboards returns grafana-dashboards.yaml: one ConfigMap per
+// dashboard, the JSON unchanged in a literal block.
+func generateDashboards(t *testing.T) []byte {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dashboardsDir, "*.json"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no dashboards in %s (%v)", dashboardsDir, err)
+	}
+	sort.Strings(files)
+	var b bytes.Buffer
+	fmt.Fprintf(&b, generatedHeader, "dashboards/*.json")
+	b.WriteString(`# One ConfigMap per dashboard, labelled for Grafana's dashboard sidecar
+# (kube-prometheus-stack: grafana.sidecar.dashboards, label
+# grafana_dashboard). The sidecar looks in Grafana's own namespace unless its
+# searchNamespace is ALL: move these ConfigMaps there if need be.
+`)
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := strings.ReplaceAll(strings.ToLower(strings.TrimSuffix(filepath.Base(f), ".json")), "_", "-")
+		chomp := "|-"
+		if bytes.HasSuffix(data, []byte("\n")) {
+			chomp = "|"
+		}
+		fmt.Fprintf(&b, `---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: gpumem-exporter-dashboard-%s
+  namespace: gpumem
+  labels:
+    app.kubernetes.io/name: gpumem-exporter
+    app.kubernetes.io/component: dashboards
+    app.kubernetes.io/part-of: gpumem
+    grafana_dashboard: "1"
+data:
+  %s: %s
+%s`, name, filepath.Base(f), chomp, indent(strings.TrimSuffix(string(data), "\n"), "    "))
+		b.WriteString("\n")
+	}
+	return b.Bytes()
+}
+
+// TestGeneratedManifestsAreCurrent runs first so that -update refreshes the
+// files before the other tests read them.
+func TestGeneratedManifestsAreCurrent(t *testing.T) {
+	for file, want := range map[string][]byte{rulesFile: generateRules(t), dashboardsFile: generateDashboards(t)} {
+		if *update {
+			if err := os.WriteFile(file, want, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		got, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s is stale: run go test ./deploy/kubernetes -run TestGeneratedManifests -update", file)
+		}
+	}
+}
+
+func yamlFiles(t *testing.T) []string {
 	t.Helper()
 	files, err := filepath.Glob("*.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	more, _ := filepath.Glob("*.yml")
-	files = append(files, more...)
-	if len(files) == 0 {
-		t.Fatal("no YAML files found")
-	}
-	var objs []object
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i, doc := range docSeparator.Split(string(data), -1) {
-			if isEmptyDoc(doc) {
-				continue
-			}
-			var tm metav1.TypeMeta
-			if err := yaml.Unmarshal([]byte(doc), &tm); err != nil {
-				t.Errorf("%s, document %d: %v", f, i+1, err)
-				continue
-			}
-			obj := newObject(tm.APIVersion, tm.Kind)
-			if obj == nil {
-				t.Errorf("%s, document %d: unexpected apiVersion %q kind %q (add it to newObject)", f, i+1, tm.APIVersion, tm.Kind)
-				continue
-			}
-			if err := yaml.UnmarshalStrict([]byte(doc), obj); err != nil {
-				t.Errorf("%s, document %d (%s): %v", f, i+1, tm.Kind, err)
-				continue
-			}
-			objs = append(objs, object{file: f, kind: tm.Kind, obj: obj})
-		}
-	}
-	return objs
+	return append(files, more...)
 }
 
-func isEmptyDoc(doc string) bool {
-	for _, line := range strings.Split(doc, "\n") {
-		line = strings.TrimSpace(line)
-		if line != "" && !strings.HasPrefix(line, "#") {
-			return false
-		}
-	}
-	return true
-}
-
-// manifests are the decoded objects, one of each kind the checks need.
-type manifests struct {
-	all            []object
-	namespace      *corev1.Namespace
-	serviceAccount *corev1.ServiceAccount
-	clusterRole    *rbacv1.ClusterRole
-	binding        *rbacv1.ClusterRoleBinding
-	daemonSet      *appsv1.DaemonSet
-	service        *corev1.Service
-	serviceMonitor *serviceMonitor
-	kustomization  map[string]any
-	example        *batchv1.Job
-}
-
-func load(t *testing.T) *manifests {
-	t.Helper()
-	m := &manifests{all: loadManifests(t)}
-	one := func(kind string, dst any) {
-		t.Helper()
-		var found []object
-		for _, o := range m.all {
-			if o.kind == kind && o.file != "example-workload.yaml" {
-				found = append(found, o)
-			}
-		}
-		if len(found) != 1 {
-			t.Fatalf("want exactly one %s among the deployed manifests, found %d", kind, len(found))
-		}
-		switch d := dst.(type) {
-		case **corev1.Namespace:
-			*d = found[0].obj.(*corev1.Namespace)
-		case **corev1.ServiceAccount:
-			*d = found[0].obj.(*corev1.ServiceAccount)
-		case **rbacv1.ClusterRole:
-			*d = found[0].obj.(*rbacv1.ClusterRole)
-		case **rbacv1.ClusterRoleBinding:
-			*d = found[0].obj.(*rbacv1.ClusterRoleBinding)
-		case **appsv1.DaemonSet:
-			*d = found[0].obj.(*appsv1.DaemonSet)
-		case **corev1.Service:
-			*d = found[0].obj.(*corev1.Service)
-		case **serviceMonitor:
-			*d = found[0].obj.(*serviceMonitor)
-		case *map[string]any:
-			*d = *found[0].obj.(*map[string]any)
-		default:
-			t.Fatalf("unhandled %T", dst)
-		}
-	}
-	one("Namespace", &m.namespace)
-	one("ServiceAccount", &m.serviceAccount)
-	one("ClusterRole", &m.clusterRole)
-	one("ClusterRoleBinding", &m.binding)
-	one("DaemonSet", &m.daemonSet)
-	one("Service", &m.service)
-	one("ServiceMonitor", &m.serviceMonitor)
-	one("Kustomization", &m.kustomization)
-	for _, o := range m.all {
-		if o.file == "example-workload.yaml" {
-			if j, ok := o.obj.(*batchv1.Job); ok {
-				m.example = j
-			}
-		}
-	}
-	if m.example == nil {
-		t.Fatal("example-workload.yaml holds no Job")
-	}
-	return m
-}
-
-// exporter returns the DaemonSet's exporter container.
-func (m *manifests) exporter(t *testing.T) *corev1.Container {
-	t.Helper()
-	cs := m.daemonSet.Spec.Template.Spec.Containers
-	if len(cs) != 1 {
-		t.Fatalf("the DaemonSet has %d containers, want 1", len(cs))
-	}
-	return &cs[0]
-}
-
-// args returns the container's --flag=value arguments by flag name.
-func args(t *testing.T, c *corev1.Container) map[string]string {
-	t.Helper()
-	if len(c.Command) != 0 {
-		t.Errorf("container %s overrides the image's entrypoint: %q", c.Name, c.Command)
-	}
-	out := map[string]string{}
-	for _, a := range c.Args {
-		if !strings.HasPrefix(a, "--") {
-			t.Errorf("argument %q: write flags as --name=value", a)
+// TestEveryFileDecodesStrictly covers the files kustomize leaves out too.
+func TestEveryFileDecodesStrictly(t *testing.T) {
+	for _, f := range yamlFiles(t) {
+		if f == "kustomization.yaml" {
 			continue
 		}
-		name, value, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
-		if _, dup := out[name]; dup {
-			t.Errorf("flag --%s given twice", name)
+		if objs := manifestcheck.DecodeFile(t, f); len(objs) == 0 {
+			t.Errorf("%s holds no object", f)
 		}
-		out[name] = value
-	}
-	return out
-}
-
-func volume(t *testing.T, spec *corev1.PodSpec, name string) *corev1.Volume {
-	t.Helper()
-	for i := range spec.Volumes {
-		if spec.Volumes[i].Name == name {
-			return &spec.Volumes[i]
-		}
-	}
-	t.Fatalf("no volume %q", name)
-	return nil
-}
-
-// mountAt returns the mount at path and its volume.
-func mountAt(t *testing.T, spec *corev1.PodSpec, c *corev1.Container, mountPath string) (*corev1.VolumeMount, *corev1.Volume) {
-	t.Helper()
-	for i := range c.VolumeMounts {
-		if c.VolumeMounts[i].MountPath == mountPath {
-			return &c.VolumeMounts[i], volume(t, spec, c.VolumeMounts[i].Name)
-		}
-	}
-	t.Fatalf("container %s mounts nothing at %s", c.Name, mountPath)
-	return nil, nil
-}
-
-func env(c *corev1.Container, name string) *corev1.EnvVar {
-	for i := range c.Env {
-		if c.Env[i].Name == name {
-			return &c.Env[i]
-		}
-	}
-	return nil
-}
-
-func TestManifestsDecodeStrictly(t *testing.T) {
-	m := load(t)
-	for _, o := range m.all {
-		if o.kind == "Kustomization" || o.file == "example-workload.yaml" {
-			continue
-		}
-		meta := o.obj.(metav1.Object)
-		if meta.GetName() == "" {
-			t.Errorf("%s: a %s without a name", o.file, o.kind)
-		}
-		if meta.GetLabels()["app.kubernetes.io/part-of"] != "gpumem" {
-			t.Errorf("%s: %s %s lacks the label app.kubernetes.io/part-of=gpumem", o.file, o.kind, meta.GetName())
-		}
-	}
-}
-
-func TestNamespaces(t *testing.T) {
-	m := load(t)
-	ns := m.namespace.Name
-	if ns != "gpumem" {
-		t.Errorf("namespace %q, want gpumem", ns)
-	}
-	// hostPID and hostPath volumes need the privileged Pod Security level.
-	if got := m.namespace.Labels["pod-security.kubernetes.io/enforce"]; got != "privileged" {
-		t.Errorf("namespace: pod-security.kubernetes.io/enforce=%q, want privileged (hostPID, hostPath)", got)
-	}
-	for _, o := range m.all {
-		if o.file == "example-workload.yaml" {
-			continue
-		}
-		meta, ok := o.obj.(metav1.Object)
-		if !ok {
-			continue
-		}
-		switch o.kind {
-		case "Namespace", "ClusterRole", "ClusterRoleBinding":
-			if meta.GetNamespace() != "" {
-				t.Errorf("%s: cluster-scoped %s has namespace %q", o.file, o.kind, meta.GetNamespace())
-			}
-		default:
-			if meta.GetNamespace() != ns {
-				t.Errorf("%s: %s %s is in namespace %q, want %q", o.file, o.kind, meta.GetName(), meta.GetNamespace(), ns)
-			}
-		}
-	}
-}
-
-func TestDaemonSetHostAccess(t *testing.T) {
-	m := load(t)
-	spec := &m.daemonSet.Spec.Template.Spec
-	c := m.exporter(t)
-	a := args(t, c)
-
-	if !spec.HostPID {
-		t.Error("hostPID must be true: NVML and SO_PEERCRED give host pids")
-	}
-	if spec.HostNetwork || spec.HostIPC {
-		t.Error("hostNetwork and hostIPC are not needed")
-	}
-
-	// The host's /proc, read-only, where --path.procfs says.
-	procfs, ok := a["path.procfs"]
-	if !ok {
-		t.Fatal("--path.procfs is not set")
-	}
-	if procfs != "/host/proc" {
-		t.Errorf("--path.procfs=%s, want /host/proc", procfs)
-	}
-	mnt, vol := mountAt(t, spec, c, procfs)
-	if !mnt.ReadOnly {
-		t.Errorf("%s must be mounted read-only", procfs)
-	}
-	if vol.HostPath == nil || vol.HostPath.Path != "/proc" {
-		t.Errorf("the volume at %s must be the host's /proc, got %+v", procfs, vol.VolumeSource)
-	}
-
-	// The socket's directory is the hostPath shared with workloads.
-	sock, ok := a["allocstats.socket"]
-	if !ok {
-		t.Fatal("--allocstats.socket is not set: an explicit path makes a misconfigured directory a startup error")
-	}
-	if sock != "/run/gpumem/allocstats.sock" {
-		t.Errorf("--allocstats.socket=%s, want the clients' default /run/gpumem/allocstats.sock", sock)
-	}
-	mnt, vol = mountAt(t, spec, c, path.Dir(sock))
-	if mnt.ReadOnly {
-		t.Error("the socket directory must be writable: the exporter creates the socket there")
-	}
-	if mnt.SubPath != "" {
-		t.Error("mount the socket directory whole, without subPath")
-	}
-	if vol.HostPath == nil {
-		t.Fatalf("the socket directory must be a hostPath volume, got %+v", vol.VolumeSource)
-	}
-	if vol.HostPath.Path != "/run/gpumem" {
-		t.Errorf("socket hostPath %s, want /run/gpumem", vol.HostPath.Path)
-	}
-	if vol.HostPath.Type == nil || *vol.HostPath.Type != corev1.HostPathDirectoryOrCreate {
-		t.Errorf("socket hostPath type %v, want DirectoryOrCreate", vol.HostPath.Type)
-	}
-
-	// NODE_NAME from the downward API.
-	e := env(c, "NODE_NAME")
-	if e == nil || e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != "spec.nodeName" {
-		t.Errorf("NODE_NAME must come from fieldRef spec.nodeName, got %+v", e)
-	}
-	if _, ok := a["kubernetes.node-name"]; ok {
-		t.Error("leave --kubernetes.node-name to its NODE_NAME default")
-	}
-
-	// NVML through the NVIDIA container toolkit, not through the device plugin.
-	if e := env(c, "NVIDIA_VISIBLE_DEVICES"); e == nil || e.Value != "all" {
-		t.Errorf("NVIDIA_VISIBLE_DEVICES must be all, got %+v", e)
-	}
-	if e := env(c, "NVIDIA_DRIVER_CAPABILITIES"); e == nil || !slices.Contains(strings.Split(e.Value, ","), "utility") {
-		t.Errorf("NVIDIA_DRIVER_CAPABILITIES must include utility, got %+v", e)
-	}
-	for _, ctr := range append(slices.Clone(spec.InitContainers), spec.Containers...) {
-		for _, rl := range []corev1.ResourceList{ctr.Resources.Requests, ctr.Resources.Limits} {
-			for name := range rl {
-				if strings.HasPrefix(string(name), "nvidia.com/") {
-					t.Errorf("container %s requests %s: the exporter would take a GPU from the workloads", ctr.Name, name)
-				}
-			}
-		}
-	}
-
-	// GPU nodes only, tainted or not.
-	if len(spec.NodeSelector) == 0 && spec.Affinity == nil {
-		t.Error("no nodeSelector or affinity: the exporter belongs on GPU nodes only")
-	}
-	tolerates := false
-	for _, tol := range spec.Tolerations {
-		if tol.Key == "nvidia.com/gpu" && tol.Operator == corev1.TolerationOpExists &&
-			(tol.Effect == "" || tol.Effect == corev1.TaintEffectNoSchedule) {
-			tolerates = true
-		}
-	}
-	if !tolerates {
-		t.Error("no toleration for the nvidia.com/gpu NoSchedule taint")
-	}
-}
-
-func TestDaemonSetSecurity(t *testing.T) {
-	m := load(t)
-	spec := &m.daemonSet.Spec.Template.Spec
-	c := m.exporter(t)
-	if len(spec.InitContainers) != 0 {
-		t.Errorf("unexpected init containers: %d", len(spec.InitContainers))
-	}
-	sc := c.SecurityContext
-	if sc == nil {
-		t.Fatal("the exporter container has no securityContext")
-	}
-	if sc.Privileged != nil && *sc.Privileged {
-		t.Error("the exporter must not be privileged")
-	}
-	if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
-		t.Error("allowPrivilegeEscalation must be false")
-	}
-	if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
-		t.Error("readOnlyRootFilesystem must be true")
-	}
-	if sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) != 0 {
-		t.Errorf("capabilities must drop ALL and add none, got %+v", sc.Capabilities)
-	}
-	// Root (for the root-owned hostPath socket directory), set explicitly:
-	// the image's own user is nonroot.
-	psc := spec.SecurityContext
-	if psc == nil || psc.RunAsUser == nil || *psc.RunAsUser != 0 {
-		t.Error("the pod must set runAsUser: 0 (the hostPath socket directory is root-owned)")
-	}
-	if sc.RunAsUser != nil && *sc.RunAsUser != 0 {
-		t.Errorf("the container overrides runAsUser with %d", *sc.RunAsUser)
-	}
-	if spec.AutomountServiceAccountToken != nil && !*spec.AutomountServiceAccountToken {
-		t.Error("the service account token is needed to watch pods")
-	}
-	if spec.ServiceAccountName != m.serviceAccount.Name {
-		t.Errorf("serviceAccountName %q, want %q", spec.ServiceAccountName, m.serviceAccount.Name)
-	}
-	if c.Image == "" || strings.HasSuffix(c.Image, ":latest") || !strings.Contains(path.Base(c.Image), ":") {
-		t.Errorf("image %q: pin a tag", c.Image)
-	}
-}
-
-func TestDaemonSetProbesResourcesRollout(t *testing.T) {
-	m := load(t)
-	ds := m.daemonSet
-	c := m.exporter(t)
-	a := args(t, c)
-
-	port := containerPort(t, c, "metrics")
-	listen, ok := a["web.listen-address"]
-	if !ok {
-		t.Fatal("--web.listen-address is not set")
-	}
-	if _, p, _ := strings.Cut(listen, ":"); p != strconv.Itoa(int(port)) {
-		t.Errorf("--web.listen-address=%s but the metrics container port is %d", listen, port)
-	}
-
-	for name, tc := range map[string]struct {
-		probe *corev1.Probe
-		path  string
-	}{
-		"readiness": {c.ReadinessProbe, "/-/ready"},
-		"liveness":  {c.LivenessProbe, "/-/healthy"},
-	} {
-		if tc.probe == nil || tc.probe.HTTPGet == nil {
-			t.Errorf("no HTTP %s probe", name)
-			continue
-		}
-		g := tc.probe.HTTPGet
-		if g.Path != tc.path {
-			t.Errorf("%s probe path %s, want %s", name, g.Path, tc.path)
-		}
-		if g.Port != intstr.FromString("metrics") && g.Port != intstr.FromInt32(port) {
-			t.Errorf("%s probe port %s, want metrics", name, g.Port.String())
-		}
-	}
-
-	req := c.Resources.Requests
-	if req.Cpu().IsZero() || req.Memory().IsZero() {
-		t.Error("set CPU and memory requests")
-	}
-	if c.Resources.Limits.Memory().IsZero() {
-		t.Error("set a memory limit")
-	}
-
-	if ds.Spec.UpdateStrategy.Type != appsv1.RollingUpdateDaemonSetStrategyType {
-		t.Errorf("update strategy %s, want RollingUpdate", ds.Spec.UpdateStrategy.Type)
-	}
-	if ru := ds.Spec.UpdateStrategy.RollingUpdate; ru != nil && ru.MaxSurge != nil && ru.MaxSurge.String() != "0" && ru.MaxSurge.String() != "0%" {
-		t.Errorf("maxSurge %s: two exporters cannot share a node's socket", ru.MaxSurge.String())
-	}
-	if g := ds.Spec.Template.Spec.TerminationGracePeriodSeconds; g == nil || *g < 6 {
-		t.Error("terminationGracePeriodSeconds must cover the exporter's 5 s HTTP shutdown")
-	}
-}
-
-func containerPort(t *testing.T, c *corev1.Container, name string) int32 {
-	t.Helper()
-	for _, p := range c.Ports {
-		if p.Name == name {
-			return p.ContainerPort
-		}
-	}
-	t.Fatalf("container %s has no port named %s", c.Name, name)
-	return 0
-}
-
-func TestRBAC(t *testing.T) {
-	m := load(t)
-	rules := m.clusterRole.Rules
-	if len(rules) != 1 {
-		t.Fatalf("ClusterRole has %d rules, want 1 (pods only)", len(rules))
-	}
-	r := rules[0]
-	sorted := func(s []string) []string { s = slices.Clone(s); sort.Strings(s); return s }
-	if !slices.Equal(r.APIGroups, []string{""}) || !slices.Equal(r.Resources, []string{"pods"}) ||
-		!slices.Equal(sorted(r.Verbs), []string{"get", "list", "watch"}) ||
-		len(r.ResourceNames) != 0 || len(r.NonResourceURLs) != 0 {
-		t.Errorf("ClusterRole rule %+v, want exactly get, list, watch on core pods", r)
-	}
-	if m.clusterRole.AggregationRule != nil {
-		t.Error("the ClusterRole must not aggregate other roles")
-	}
-
-	b := m.binding
-	if b.RoleRef.APIGroup != rbacv1.GroupName || b.RoleRef.Kind != "ClusterRole" || b.RoleRef.Name != m.clusterRole.Name {
-		t.Errorf("ClusterRoleBinding roleRef %+v, want ClusterRole %s", b.RoleRef, m.clusterRole.Name)
-	}
-	want := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: m.daemonSet.Spec.Template.Spec.ServiceAccountName, Namespace: m.daemonSet.Namespace}
-	if len(b.Subjects) != 1 || b.Subjects[0] != want {
-		t.Errorf("ClusterRoleBinding subjects %+v, want [%+v]", b.Subjects, want)
-	}
-	if m.serviceAccount.Name != want.Name || m.serviceAccount.Namespace != want.Namespace {
-		t.Errorf("ServiceAccount %s/%s, but the binding names %s/%s", m.serviceAccount.Namespace, m.serviceAccount.Name, want.Namespace, want.Name)
-	}
-}
-
-// selects reports whether every key=value of selector is in labels.
-func selects(selector, labels map[string]string) bool {
-	if len(selector) == 0 {
-		return false
-	}
-	for k, v := range selector {
-		if labels[k] != v {
-			return false
-		}
-	}
-	return true
-}
-
-func TestServiceAndServiceMonitor(t *testing.T) {
-	m := load(t)
-	ds, svc, sm := m.daemonSet, m.service, m.serviceMonitor
-	podLabels := ds.Spec.Template.Labels
-
-	if ds.Spec.Selector == nil || len(ds.Spec.Selector.MatchExpressions) != 0 || !selects(ds.Spec.Selector.MatchLabels, podLabels) {
-		t.Errorf("the DaemonSet's selector %+v does not select its own pod template %v", ds.Spec.Selector, podLabels)
-	}
-	if !selects(svc.Spec.Selector, podLabels) {
-		t.Errorf("the Service's selector %v does not select the DaemonSet's pods %v", svc.Spec.Selector, podLabels)
-	}
-	if svc.Spec.ClusterIP != corev1.ClusterIPNone {
-		t.Errorf("the Service must be headless, clusterIP %q", svc.Spec.ClusterIP)
-	}
-	if !svc.Spec.PublishNotReadyAddresses {
-		t.Error("publishNotReadyAddresses must be true: an exporter whose NVML is down must still be scraped")
-	}
-	port := containerPort(t, m.exporter(t), "metrics")
-	if len(svc.Spec.Ports) != 1 {
-		t.Fatalf("the Service has %d ports, want 1", len(svc.Spec.Ports))
-	}
-	sp := svc.Spec.Ports[0]
-	if sp.Name != "metrics" || sp.Port != port ||
-		(sp.TargetPort != intstr.FromString("metrics") && sp.TargetPort != intstr.FromInt32(port)) {
-		t.Errorf("Service port %+v, want metrics %d to the container's metrics port", sp, port)
-	}
-
-	if sm.Namespace != svc.Namespace && (sm.Spec.NamespaceSelector == nil || !slices.Contains(sm.Spec.NamespaceSelector.MatchNames, svc.Namespace)) {
-		t.Errorf("the ServiceMonitor in %s does not look in the Service's namespace %s", sm.Namespace, svc.Namespace)
-	}
-	if len(sm.Spec.Selector.MatchExpressions) != 0 || !selects(sm.Spec.Selector.MatchLabels, svc.Labels) {
-		t.Errorf("the ServiceMonitor's selector %+v does not select the Service's labels %v", sm.Spec.Selector, svc.Labels)
-	}
-	if len(sm.Spec.Endpoints) != 1 {
-		t.Fatalf("the ServiceMonitor has %d endpoints, want 1", len(sm.Spec.Endpoints))
-	}
-	ep := sm.Spec.Endpoints[0]
-	if ep.Port != sp.Name {
-		t.Errorf("the ServiceMonitor scrapes port %q, the Service's is %q", ep.Port, sp.Name)
-	}
-	if !ep.HonorLabels {
-		t.Error("honorLabels must be true: the workload's namespace and pod labels must win over the target's")
-	}
-	if ep.Path != "" && ep.Path != "/metrics" {
-		t.Errorf("scrape path %s, the exporter serves /metrics", ep.Path)
 	}
 }
 
 func TestKustomizationListsEveryManifest(t *testing.T) {
-	m := load(t)
-	k := m.kustomization
-	if k["apiVersion"] != "kustomize.config.k8s.io/v1beta1" || k["kind"] != "Kustomization" {
-		t.Errorf("kustomization.yaml: apiVersion %v kind %v", k["apiVersion"], k["kind"])
+	data, err := os.ReadFile("kustomization.yaml")
+	if err != nil {
+		t.Fatal(err)
 	}
-	raw, _ := k["resources"].([]any)
-	var listed []string
-	for _, r := range raw {
-		s, ok := r.(string)
-		if !ok {
-			t.Errorf("kustomization.yaml: resource %v is not a string", r)
-			continue
-		}
-		listed = append(listed, s)
+	var k struct {
+		APIVersion string   `json:"apiVersion"`
+		Kind       string   `json:"kind"`
+		Resources  []string `json:"resources"`
+	}
+	if err := yaml.UnmarshalStrict(data, &k); err != nil {
+		t.Fatalf("kustomization.yaml: %v (a new field? add it here)", err)
+	}
+	if k.APIVersion != "kustomize.config.k8s.io/v1beta1" || k.Kind != "Kustomization" {
+		t.Errorf("kustomization.yaml: apiVersion %s kind %s", k.APIVersion, k.Kind)
 	}
 	var want []string
-	files, _ := filepath.Glob("*.y*ml")
-	for _, f := range files {
-		if f == "kustomization.yaml" || strings.HasPrefix(f, "example") {
-			continue
+	for _, f := range yamlFiles(t) {
+		if !slices.Contains(notInKustomization, f) {
+			want = append(want, f)
 		}
-		want = append(want, f)
 	}
+	listed := slices.Clone(k.Resources)
 	sort.Strings(listed)
 	sort.Strings(want)
 	if !slices.Equal(listed, want) {
-		t.Errorf("kustomization.yaml lists %v, want every manifest but the examples: %v", listed, want)
+		t.Errorf("kustomization.yaml lists %v, want every manifest but %v: %v", listed, notInKustomization, want)
 	}
 }
 
-// definedFlags returns the flags the exporter binary defines, read from its
-// sources: Flag("name" calls in the main package and the collector package,
-// a --collector.<name> per registerCollector("name", and the flags that
-// exporter-toolkit's kingpinflag.AddFlags adds (asked from the package).
-func definedFlags(t *testing.T) map[string]bool {
+// built is `kubectl apply -k deploy/kubernetes`'s input, decoded strictly.
+func built(t *testing.T) []manifestcheck.Object {
 	t.Helper()
-	var sources []string
-	for _, pattern := range []string{"../../*.go", "../../collector/*.go"} {
-		files, err := filepath.Glob(pattern)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, f := range files {
-			if !strings.HasSuffix(f, "_test.go") {
-				sources = append(sources, f)
-			}
+	objs, err := manifestcheck.Decode("kustomize build", manifestcheck.Kustomize(t, "."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
+func TestKustomizeBuildKeepsTheContract(t *testing.T) {
+	objs := built(t)
+	manifestcheck.CheckLabels(t, objs)
+	manifestcheck.CheckNamespaces(t, objs, namespace, namespace)
+
+	ns := manifestcheck.One[corev1.Namespace](t, objs)
+	if ns.Name != namespace {
+		t.Errorf("namespace %q, want %q", ns.Name, namespace)
+	}
+	for _, mode := range []string{"enforce", "warn", "audit"} {
+		if got := ns.Labels["pod-security.kubernetes.io/"+mode]; got != string(psaapi.LevelPrivileged) {
+			t.Errorf("namespace: pod-security.kubernetes.io/%s=%q, want privileged", mode, got)
 		}
 	}
+
+	ds := manifestcheck.One[appsv1.DaemonSet](t, objs)
+	manifestcheck.CheckDaemonSet(t, ds, manifestcheck.DaemonSetWant{CSI: true, Image: "ghcr.io/gpumem/gpumem_exporter:0.1.0"})
+	// The namespace is privileged because nothing less admits the pod.
+	if v := manifestcheck.PodSecurityViolations(t, psaapi.LevelBaseline, &ds.Spec.Template.ObjectMeta, &ds.Spec.Template.Spec); v == "" {
+		t.Error("Pod Security \"baseline\" admits the exporter pod: lower the namespace's level and docs/deploy.md")
+	} else {
+		t.Logf("baseline forbids the exporter pod, as documented: %s", v)
+	}
+
+	manifestcheck.CheckRBAC(t, manifestcheck.One[rbacv1.ClusterRole](t, objs), manifestcheck.One[rbacv1.ClusterRoleBinding](t, objs),
+		manifestcheck.One[corev1.ServiceAccount](t, objs), ds)
+	manifestcheck.CheckService(t, ds, manifestcheck.One[corev1.Service](t, objs), manifestcheck.One[manifestcheck.ServiceMonitor](t, objs), nil)
+	manifestcheck.CheckCSIDriver(t, manifestcheck.One[storagev1.CSIDriver](t, objs), manifestcheck.DefaultDriverName)
+	manifestcheck.CheckPrometheusRule(t, manifestcheck.One[manifestcheck.PrometheusRule](t, objs), rulesSource, nil)
+	manifestcheck.CheckDashboards(t, manifestcheck.All[corev1.ConfigMap](objs), dashboardsDir, "grafana_dashboard", "1")
+	manifestcheck.None[networkingv1.NetworkPolicy](t, objs)
+}
+
+func exampleJob(t *testing.T, file string) *batchv1.Job {
+	t.Helper()
+	return manifestcheck.One[batchv1.Job](t, manifestcheck.DecodeFile(t, file))
+}
+
+func TestExampleWorkloads(t *testing.T) {
+	objs := built(t)
+	driver := manifestcheck.One[storagev1.CSIDriver](t, objs).Name
+	for _, tc := range []struct {
+		file string
+		want manifestcheck.WorkloadWant
+	}{
+		// Admitted by Pod Security "restricted".
+		{"example-workload.yaml", manifestcheck.WorkloadWant{DriverName: driver, PythonPath: manifestcheck.SocketDir + "/python/autostart"}},
+		// Needs a privileged namespace.
+		{"example-workload-hostpath.yaml", manifestcheck.WorkloadWant{}},
+	} {
+		t.Run(strings.TrimSuffix(tc.file, ".yaml"), func(t *testing.T) {
+			job := exampleJob(t, tc.file)
+			if job.Namespace != "" {
+				t.Errorf("the example names namespace %q: leave it to kubectl -n", job.Namespace)
+			}
+			manifestcheck.CheckWorkload(t, &job.Spec.Template.ObjectMeta, &job.Spec.Template.Spec, tc.want)
+		})
+	}
+}
+
+func TestNetworkPolicyExample(t *testing.T) {
+	np := manifestcheck.One[networkingv1.NetworkPolicy](t, manifestcheck.DecodeFile(t, "networkpolicy.yaml"))
+	manifestcheck.CheckNetworkPolicy(t, np, manifestcheck.One[appsv1.DaemonSet](t, built(t)), networkingv1.NetworkPolicyPeer{
+		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "monitoring"}},
+		PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/name": "prometheus"}},
+	})
+}
+
+// TestCSIFlagsExist: every flag the csi-node container passes is one that
+// gpumem-csi defines (read from its sources; the exporter's flags are
+// checked elsewhere, and listed in docs/deploy.md).
+func TestCSIFlagsExist(t *testing.T) {
+	sources, err := filepath.Glob("../../cmd/gpumem-csi/*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
 	flagCall := regexp.MustCompile(`\bFlag\("([a-z0-9.\-]+)"`)
-	collectorCall := regexp.MustCompile(`\bregisterCollector\("([a-z0-9_\-]+)"`)
-	flags := map[string]bool{}
-	toolkit := false
+	defined := map[string]bool{}
 	for _, f := range sources {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
 		src, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, m := range flagCall.FindAllSubmatch(src, -1) {
-			flags[string(m[1])] = true
-		}
-		for _, m := range collectorCall.FindAllSubmatch(src, -1) {
-			flags["collector."+string(m[1])] = true
-		}
-		toolkit = toolkit || bytes.Contains(src, []byte("kingpinflag.AddFlags("))
-	}
-	if toolkit {
-		app := kingpin.New("gpumem_exporter", "")
-		kingpinflag.AddFlags(app, ":9481")
-		for _, f := range app.Model().Flags {
-			flags[f.Name] = true
+			defined[string(m[1])] = true
 		}
 	}
-	if !flags["path.procfs"] || !flags["allocstats.socket"] || !flags["web.listen-address"] {
-		t.Fatalf("reading the flags from the sources failed (found %d): did main.go move?", len(flags))
+	if !defined["csi.endpoint"] {
+		t.Fatalf("found no csi.endpoint flag in cmd/gpumem-csi (%d flags): did the binary move?", len(defined))
 	}
-	return flags
-}
-
-func TestDaemonSetFlagsExist(t *testing.T) {
-	m := load(t)
-	flags := definedFlags(t)
-	for name := range args(t, m.exporter(t)) {
-		if flags[name] || (strings.HasPrefix(name, "no-") && flags[strings.TrimPrefix(name, "no-")]) {
+	ds := manifestcheck.One[appsv1.DaemonSet](t, built(t))
+	for _, c := range ds.Spec.Template.Spec.InitContainers {
+		if c.Name != manifestcheck.CSIContainer {
 			continue
 		}
-		t.Errorf("--%s is not a flag of gpumem_exporter", name)
-	}
-}
-
-func TestExampleWorkload(t *testing.T) {
-	m := load(t)
-	job := m.example
-	spec := &job.Spec.Template.Spec
-	if spec.HostPID {
-		t.Error("workloads keep their own PID namespace: only the exporter needs hostPID")
-	}
-	if len(spec.Containers) != 1 {
-		t.Fatalf("the example has %d containers, want 1", len(spec.Containers))
-	}
-	c := &spec.Containers[0]
-	if _, ok := c.Resources.Limits["nvidia.com/gpu"]; !ok {
-		t.Error("the example workload should ask for a GPU")
-	}
-
-	// GPUMEM_SOCKET, seen through the workload's mount, is the exporter's
-	// socket on the host.
-	sock := args(t, m.exporter(t))["allocstats.socket"]
-	dsMount, dsVol := mountAt(t, &m.daemonSet.Spec.Template.Spec, m.exporter(t), path.Dir(sock))
-	e := env(c, "GPUMEM_SOCKET")
-	if e == nil || e.Value == "" {
-		t.Fatal("the example must set GPUMEM_SOCKET")
-	}
-	mnt, vol := mountAt(t, spec, c, path.Dir(e.Value))
-	if path.Base(e.Value) != path.Base(sock) {
-		t.Errorf("GPUMEM_SOCKET=%s, but the exporter's socket is named %s", e.Value, path.Base(sock))
-	}
-	if vol.HostPath == nil || vol.HostPath.Path != dsVol.HostPath.Path {
-		t.Errorf("the workload's volume %s at %s must be hostPath %s, as the exporter's at %s", vol.Name, mnt.MountPath, dsVol.HostPath.Path, dsMount.MountPath)
-	}
-	if mnt.SubPath != "" {
-		t.Error("mount the socket directory, not the socket file: the exporter recreates the socket on restart")
-	}
-
-	// Zero-code mode: PYTHONPATH names the mounted client directories.
-	if e := env(c, "PYTHONPATH"); e != nil {
-		for _, dir := range strings.Split(e.Value, ":") {
-			found := false
-			for _, vm := range c.VolumeMounts {
-				if vm.MountPath == dir || strings.HasPrefix(vm.MountPath, dir+"/") {
-					found = true
-				}
-			}
-			if !found {
-				t.Errorf("PYTHONPATH entry %s is not a mounted directory", dir)
+		for _, a := range c.Args {
+			name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+			if !strings.HasPrefix(a, "--") || !defined[name] {
+				t.Errorf("%s: %s is not a flag of gpumem-csi", c.Name, a)
 			}
 		}
 	}

@@ -1,0 +1,306 @@
+package manifestcheck
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"sort"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/yaml"
+)
+
+// Selects reports whether every key=value of selector is in labels (an
+// empty selector selects nothing here: the deployment never means "all").
+func Selects(selector, labels map[string]string) bool {
+	if len(selector) == 0 {
+		return false
+	}
+	for k, v := range selector {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// CheckRBAC checks that the ClusterRole grants exactly list and watch on
+// pods, and that its binding gives it to the DaemonSet's service account.
+func CheckRBAC(t testing.TB, role *rbacv1.ClusterRole, binding *rbacv1.ClusterRoleBinding, sa *corev1.ServiceAccount, ds *appsv1.DaemonSet) {
+	t.Helper()
+	if role.AggregationRule != nil {
+		t.Error("the ClusterRole must not aggregate other roles")
+	}
+	if len(role.Rules) != 1 {
+		t.Fatalf("the ClusterRole has %d rules, want 1 (pods only)", len(role.Rules))
+	}
+	r := role.Rules[0]
+	verbs := slices.Clone(r.Verbs)
+	sort.Strings(verbs)
+	if !slices.Equal(r.APIGroups, []string{""}) || !slices.Equal(r.Resources, []string{"pods"}) ||
+		!slices.Equal(verbs, []string{"list", "watch"}) || len(r.ResourceNames) != 0 || len(r.NonResourceURLs) != 0 {
+		t.Errorf("ClusterRole rule %+v, want exactly list and watch on core pods (no get: the informer does not need it)", r)
+	}
+	if binding.RoleRef.APIGroup != rbacv1.GroupName || binding.RoleRef.Kind != "ClusterRole" || binding.RoleRef.Name != role.Name {
+		t.Errorf("ClusterRoleBinding roleRef %+v, want ClusterRole %s", binding.RoleRef, role.Name)
+	}
+	want := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: ds.Spec.Template.Spec.ServiceAccountName, Namespace: ds.Namespace}
+	if len(binding.Subjects) != 1 || binding.Subjects[0] != want {
+		t.Errorf("ClusterRoleBinding subjects %+v, want [%+v]", binding.Subjects, want)
+	}
+	if sa.Name != want.Name || sa.Namespace != want.Namespace {
+		t.Errorf("ServiceAccount %s/%s, but the binding names %s/%s", sa.Namespace, sa.Name, want.Namespace, want.Name)
+	}
+}
+
+// CheckService checks the headless Service and the ServiceMonitor that
+// scrapes it. wantLabels must all be on the ServiceMonitor (e.g. release).
+func CheckService(t testing.TB, ds *appsv1.DaemonSet, svc *corev1.Service, sm *ServiceMonitor, wantLabels map[string]string) {
+	t.Helper()
+	podLabels := ds.Spec.Template.Labels
+	if !Selects(svc.Spec.Selector, podLabels) {
+		t.Errorf("the Service's selector %v does not select the DaemonSet's pods %v", svc.Spec.Selector, podLabels)
+	}
+	if svc.Namespace != ds.Namespace {
+		t.Errorf("the Service is in %q, the DaemonSet in %q", svc.Namespace, ds.Namespace)
+	}
+	if svc.Spec.ClusterIP != corev1.ClusterIPNone {
+		t.Errorf("the Service must be headless, clusterIP %q", svc.Spec.ClusterIP)
+	}
+	if !svc.Spec.PublishNotReadyAddresses {
+		t.Error("publishNotReadyAddresses must be true: an exporter whose NVML is down must still be scraped")
+	}
+	if len(svc.Spec.Ports) != 1 {
+		t.Fatalf("the Service has %d ports, want 1 (metrics; the health port is the kubelet's)", len(svc.Spec.Ports))
+	}
+	sp := svc.Spec.Ports[0]
+	if sp.Name != "metrics" || sp.Port != MetricsPort || (sp.TargetPort != intstr.FromString("metrics") && sp.TargetPort != intstr.FromInt32(MetricsPort)) {
+		t.Errorf("Service port %+v, want metrics %d to the container's metrics port", sp, MetricsPort)
+	}
+	if sm == nil {
+		return
+	}
+
+	if sm.Namespace != svc.Namespace && (sm.Spec.NamespaceSelector == nil || !slices.Contains(sm.Spec.NamespaceSelector.MatchNames, svc.Namespace)) {
+		t.Errorf("the ServiceMonitor in %s does not look in the Service's namespace %s", sm.Namespace, svc.Namespace)
+	}
+	if len(sm.Spec.Selector.MatchExpressions) != 0 || !Selects(sm.Spec.Selector.MatchLabels, svc.Labels) {
+		t.Errorf("the ServiceMonitor's selector %+v does not select the Service's labels %v", sm.Spec.Selector, svc.Labels)
+	}
+	for k, v := range wantLabels {
+		if got, ok := sm.Labels[k]; !ok || got != v {
+			t.Errorf("the ServiceMonitor's label %s=%q, want %q", k, got, v)
+		}
+	}
+	if sm.Spec.SampleLimit == nil || *sm.Spec.SampleLimit == 0 {
+		t.Error("the ServiceMonitor must set sampleLimit: one node must not be able to flood Prometheus")
+	}
+	if len(sm.Spec.Endpoints) != 1 {
+		t.Fatalf("the ServiceMonitor has %d endpoints, want 1", len(sm.Spec.Endpoints))
+	}
+	ep := sm.Spec.Endpoints[0]
+	if ep.Port != sp.Name {
+		t.Errorf("the ServiceMonitor scrapes port %q, the Service's is %q", ep.Port, sp.Name)
+	}
+	if !ep.HonorLabels {
+		t.Error("honorLabels must be true: the workload's namespace and pod labels must win over the target's")
+	}
+	if ep.Path != "" && ep.Path != "/metrics" {
+		t.Errorf("scrape path %s, the exporter serves /metrics", ep.Path)
+	}
+}
+
+// CheckCSIDriver checks the CSIDriver object of the node plugin.
+func CheckCSIDriver(t testing.TB, d *storagev1.CSIDriver, name string) {
+	t.Helper()
+	if d.Name != name {
+		t.Errorf("CSIDriver %s, want %s", d.Name, name)
+	}
+	s := d.Spec
+	if !isFalse(s.AttachRequired) {
+		t.Error("CSIDriver: attachRequired must be false (nothing to attach)")
+	}
+	if !isTrue(s.PodInfoOnMount) {
+		t.Error("CSIDriver: podInfoOnMount must be true (the plugin learns the pod it publishes for)")
+	}
+	if !slices.Equal(s.VolumeLifecycleModes, []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecycleEphemeral}) {
+		t.Errorf("CSIDriver: volumeLifecycleModes %v, want [Ephemeral] (inline volumes only)", s.VolumeLifecycleModes)
+	}
+	if s.FSGroupPolicy == nil || *s.FSGroupPolicy != storagev1.NoneFSGroupPolicy {
+		t.Errorf("CSIDriver: fsGroupPolicy %v, want None (the kubelet must not chown the socket directory)", deref(s.FSGroupPolicy))
+	}
+}
+
+// ReadRules decodes a Prometheus rules file strictly.
+func ReadRules(t testing.TB, path string) RulesFile {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rf RulesFile
+	if err := yaml.UnmarshalStrict(data, &rf); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	if len(rf.Groups) == 0 {
+		t.Fatalf("%s has no groups", path)
+	}
+	return rf
+}
+
+// CheckPrometheusRule checks that the PrometheusRule holds exactly the
+// groups of the rules file, alert templates ({{ $labels.x }}) included.
+func CheckPrometheusRule(t testing.TB, pr *PrometheusRule, rulesFile string, wantLabels map[string]string) {
+	t.Helper()
+	want := ReadRules(t, rulesFile)
+	if !reflect.DeepEqual(pr.Spec, want) {
+		got, _ := yaml.Marshal(pr.Spec)
+		exp, _ := yaml.Marshal(want)
+		t.Errorf("PrometheusRule %s differs from %s:\n--- got\n%s\n--- want\n%s", pr.Name, rulesFile, got, exp)
+	}
+	for k, v := range wantLabels {
+		if got, ok := pr.Labels[k]; !ok || got != v {
+			t.Errorf("the PrometheusRule's label %s=%q, want %q", k, got, v)
+		}
+	}
+}
+
+// CheckDashboards checks that there is one ConfigMap per *.json file of
+// dir, holding the file unchanged under its own name and labelled for
+// Grafana's sidecar, and no other dashboard ConfigMap.
+func CheckDashboards(t testing.TB, cms []*corev1.ConfigMap, dir, label, value string) {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no dashboards in %s (%v)", dir, err)
+	}
+	byKey := map[string]*corev1.ConfigMap{}
+	for _, cm := range cms {
+		if cm.Labels[label] != value {
+			continue
+		}
+		if len(cm.Data) != 1 || len(cm.BinaryData) != 0 {
+			t.Errorf("dashboard ConfigMap %s holds %d keys, want one dashboard", cm.Name, len(cm.Data)+len(cm.BinaryData))
+		}
+		for k := range cm.Data {
+			if byKey[k] != nil {
+				t.Errorf("dashboard %s is in two ConfigMaps, %s and %s", k, byKey[k].Name, cm.Name)
+			}
+			byKey[k] = cm
+		}
+	}
+	for _, f := range files {
+		key := filepath.Base(f)
+		cm := byKey[key]
+		if cm == nil {
+			t.Errorf("no ConfigMap labelled %s=%q holds %s", label, value, key)
+			continue
+		}
+		delete(byKey, key)
+		want, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cm.Data[key]; got != string(want) {
+			t.Errorf("ConfigMap %s: %s differs from %s (%d bytes, want %d)", cm.Name, key, f, len(got), len(want))
+		}
+		if !json.Valid([]byte(cm.Data[key])) {
+			t.Errorf("ConfigMap %s: %s is not valid JSON", cm.Name, key)
+		}
+	}
+	for key, cm := range byKey {
+		t.Errorf("ConfigMap %s holds dashboard %s, which %s does not have", cm.Name, key, dir)
+	}
+}
+
+// CheckNetworkPolicy checks that the policy isolates the exporter pods and
+// admits only the given peer, only to the metrics port.
+func CheckNetworkPolicy(t testing.TB, np *networkingv1.NetworkPolicy, ds *appsv1.DaemonSet, wantPeer networkingv1.NetworkPolicyPeer) {
+	t.Helper()
+	if np.Namespace != ds.Namespace {
+		t.Errorf("the NetworkPolicy is in %q, the DaemonSet in %q", np.Namespace, ds.Namespace)
+	}
+	if len(np.Spec.PodSelector.MatchExpressions) != 0 || !Selects(np.Spec.PodSelector.MatchLabels, ds.Spec.Template.Labels) {
+		t.Errorf("the NetworkPolicy's podSelector %+v does not select the exporter pods %v", np.Spec.PodSelector, ds.Spec.Template.Labels)
+	}
+	if !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) {
+		t.Errorf("policyTypes %v, want [Ingress]", np.Spec.PolicyTypes)
+	}
+	if len(np.Spec.Ingress) != 1 {
+		t.Fatalf("the NetworkPolicy has %d ingress rules, want 1", len(np.Spec.Ingress))
+	}
+	in := np.Spec.Ingress[0]
+	if len(in.From) != 1 || !reflect.DeepEqual(in.From[0], wantPeer) {
+		t.Errorf("ingress from %+v, want only %+v", in.From, wantPeer)
+	}
+	if len(in.From) == 1 && in.From[0].PodSelector == nil && in.From[0].NamespaceSelector == nil && in.From[0].IPBlock == nil {
+		t.Error("an empty peer admits everyone")
+	}
+	if len(in.Ports) != 1 || in.Ports[0].Port == nil ||
+		(*in.Ports[0].Port != intstr.FromString("metrics") && *in.Ports[0].Port != intstr.FromInt32(MetricsPort)) {
+		t.Errorf("ingress ports %+v, want only metrics (%d)", in.Ports, MetricsPort)
+	}
+}
+
+// CheckLabels checks that every object carries app.kubernetes.io/part-of=gpumem.
+func CheckLabels(t testing.TB, objs []Object) {
+	t.Helper()
+	for _, o := range objs {
+		m := o.Meta()
+		if m == nil {
+			continue
+		}
+		if m.GetName() == "" {
+			t.Errorf("%s: a %s without a name", o.Source, o.Kind)
+		}
+		if m.GetLabels()["app.kubernetes.io/part-of"] != "gpumem" {
+			t.Errorf("%s: %s %s lacks the label app.kubernetes.io/part-of=gpumem", o.Source, o.Kind, m.GetName())
+		}
+	}
+}
+
+// CheckNamespaces checks that cluster-scoped objects have no namespace and
+// every other one is in ns (dashboard ConfigMaps may go elsewhere, for
+// Grafana's sidecar: dashboardsNS).
+func CheckNamespaces(t testing.TB, objs []Object, ns, dashboardsNS string) {
+	t.Helper()
+	for _, o := range objs {
+		m := o.Meta()
+		if m == nil {
+			continue
+		}
+		want := ns
+		switch o.Kind {
+		case "Namespace", "ClusterRole", "ClusterRoleBinding", "CSIDriver":
+			want = ""
+		case "ConfigMap":
+			want = dashboardsNS
+		}
+		if m.GetNamespace() != want {
+			t.Errorf("%s: %s %s is in namespace %q, want %q", o.Source, o.Kind, m.GetName(), m.GetNamespace(), want)
+		}
+	}
+}
+
+// SameFile reports whether two files have the same bytes.
+func SameFile(t testing.TB, a, b string) bool {
+	t.Helper()
+	da, err := os.ReadFile(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := os.ReadFile(b)
+	if err != nil {
+		return false
+	}
+	return bytes.Equal(da, db)
+}
