@@ -1,0 +1,361 @@
+package helm
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/gpumem/gpumem_exporter/deploy/kubernetes/manifestcheck"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/engine"
+	"helm.sh/helm/v3/pkg/lint"
+	"helm.sh/helm/v3/pkg/lint/support"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+var update = flag.Bool("update", false, "copy deploy/prometheus/rules.yml and dashboards/*.json into the chart's files/")
+
+const (
+	chartDir      = "gpumem-exporter"
+	rulesSource   = "../prometheus/rules.yml"
+	dashboardsDir = "../../dashboards"
+	kustomizeDir  = "../kubernetes"
+	// The kustomization's namespace and names: a release named like the
+	// chart, in that namespace, renders the same names.
+	namespace   = "gpumem"
+	releaseName = "gpumem-exporter"
+)
+
+// kubeVersion is the cluster the chart is rendered for: a recent one.
+var kubeVersion = chartutil.KubeVersion{Version: "v1.34.0", Major: "1", Minor: "34"}
+
+// copies are the files the chart carries from outside its directory (Helm
+// reads no file outside the chart): source to copy.
+func copies(t *testing.T) map[string]string {
+	t.Helper()
+	m := map[string]string{rulesSource: filepath.Join(chartDir, "files", "rules.yml")}
+	dashboards, err := filepath.Glob(filepath.Join(dashboardsDir, "*.json"))
+	if err != nil || len(dashboards) == 0 {
+		t.Fatalf("no dashboards in %s (%v)", dashboardsDir, err)
+	}
+	for _, d := range dashboards {
+		m[d] = filepath.Join(chartDir, "files", "dashboards", filepath.Base(d))
+	}
+	return m
+}
+
+// TestChartCopiesAreCurrent keeps files/ identical to its sources. It runs
+// first, so that -update refreshes the copies before the chart is rendered.
+func TestChartCopiesAreCurrent(t *testing.T) {
+	want := copies(t)
+	if *update {
+		stale, _ := filepath.Glob(filepath.Join(chartDir, "files", "dashboards", "*.json"))
+		for _, f := range stale {
+			if err := os.Remove(f); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for src, dst := range want {
+			data, err := os.ReadFile(src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(dst, data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for src, dst := range want {
+		if !manifestcheck.SameFile(t, src, dst) {
+			t.Errorf("%s is not a copy of %s: run go test ./deploy/helm -run TestChartCopiesAreCurrent -update", dst, src)
+		}
+	}
+	copied := map[string]bool{}
+	for _, dst := range want {
+		copied[dst] = true
+	}
+	have, _ := filepath.Glob(filepath.Join(chartDir, "files", "dashboards", "*"))
+	for _, f := range have {
+		if !copied[f] {
+			t.Errorf("%s has no source in %s: run go test ./deploy/helm -run TestChartCopiesAreCurrent -update", f, dashboardsDir)
+		}
+	}
+}
+
+func readValues(t *testing.T, file string) map[string]any {
+	t.Helper()
+	if file == "" {
+		return map[string]any{}
+	}
+	v, err := chartutil.ReadValuesFile(filepath.Join("testdata", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v.AsMap()
+}
+
+// render renders the chart as `helm template` does and decodes every
+// document strictly. It returns the objects and NOTES.txt.
+func render(t *testing.T, valuesFile, release, ns string, kv chartutil.KubeVersion) ([]manifestcheck.Object, string, error) {
+	t.Helper()
+	chrt, err := loader.Load(chartDir)
+	if err != nil {
+		t.Fatalf("loading the chart: %v", err)
+	}
+	caps := chartutil.DefaultCapabilities.Copy()
+	caps.KubeVersion = kv
+	vals, err := chartutil.ToRenderValues(chrt, readValues(t, valuesFile),
+		chartutil.ReleaseOptions{Name: release, Namespace: ns, Revision: 1, IsInstall: true}, caps)
+	if err != nil {
+		t.Fatalf("values %s: %v", valuesFile, err)
+	}
+	out, err := engine.Render(chrt, vals)
+	if err != nil {
+		return nil, "", err
+	}
+	var names []string
+	for name := range out {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var objs []manifestcheck.Object
+	var notes string
+	for _, name := range names {
+		if strings.HasSuffix(name, "NOTES.txt") {
+			notes = out[name]
+			continue
+		}
+		got, err := manifestcheck.Decode(name, []byte(out[name]))
+		if err != nil {
+			t.Errorf("values %s: %v", valuesFile, err)
+		}
+		objs = append(objs, got...)
+	}
+	return objs, notes, nil
+}
+
+func mustRender(t *testing.T, valuesFile, release, ns string) ([]manifestcheck.Object, string) {
+	t.Helper()
+	objs, notes, err := render(t, valuesFile, release, ns, kubeVersion)
+	if err != nil {
+		t.Fatalf("rendering with values %q: %v", valuesFile, err)
+	}
+	return objs, notes
+}
+
+func TestLint(t *testing.T) {
+	for _, values := range []string{"", "csi-off.yaml", "networkpolicy-default.yaml", "networkpolicy.yaml", "custom.yaml", "no-monitoring.yaml"} {
+		t.Run(strings.TrimSuffix(cmpOr(values, "defaults"), ".yaml"), func(t *testing.T) {
+			kv := kubeVersion
+			l := lint.AllWithKubeVersion(chartDir, readValues(t, values), namespace, &kv)
+			for _, m := range l.Messages {
+				if m.Severity >= support.WarningSev {
+					t.Errorf("helm lint: %s", m.Error())
+				} else {
+					t.Logf("helm lint: %s", m.Error())
+				}
+			}
+		})
+	}
+}
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// renderCase is one values file and what its rendering must hold.
+type renderCase struct {
+	values      string
+	release, ns string
+	ds          manifestcheck.DaemonSetWant
+	monitoring  bool              // ServiceMonitor, PrometheusRule, dashboards
+	promLabels  map[string]string // on the ServiceMonitor and PrometheusRule
+	dashboardNS string
+	netpol      *networkingv1.NetworkPolicyPeer
+}
+
+func renderCases() []renderCase {
+	defaults := manifestcheck.DaemonSetWant{CSI: true, Image: "ghcr.io/gpumem/gpumem_exporter:0.1.0"}
+	res := corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")},
+		Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")},
+	}
+	noCSI := defaults
+	noCSI.CSI = false
+	return []renderCase{
+		{values: "", release: releaseName, ns: namespace, ds: defaults, monitoring: true, dashboardNS: namespace},
+		{values: "csi-off.yaml", release: releaseName, ns: namespace, ds: noCSI, monitoring: true, dashboardNS: namespace},
+		{values: "no-monitoring.yaml", release: releaseName, ns: namespace, ds: defaults},
+		{
+			// The documented default peer: Prometheus pods in any namespace.
+			values: "networkpolicy-default.yaml", release: releaseName, ns: namespace, ds: defaults, monitoring: true, dashboardNS: namespace,
+			netpol: &networkingv1.NetworkPolicyPeer{
+				NamespaceSelector: &metav1.LabelSelector{},
+				PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/name": "prometheus"}},
+			},
+		},
+		{
+			values: "networkpolicy.yaml", release: releaseName, ns: namespace, ds: defaults, monitoring: true, dashboardNS: namespace,
+			netpol: &networkingv1.NetworkPolicyPeer{
+				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "monitoring"}},
+				PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/name": "prometheus"}},
+			},
+		},
+		{
+			values: "custom.yaml", release: "gpu", ns: "observability",
+			ds: manifestcheck.DaemonSetWant{
+				CSI:               true,
+				Image:             "registry.example.com/gpu/gpumem_exporter:1.2.3",
+				RegistrarImage:    "registry.k8s.io/sig-storage/csi-node-driver-registrar:v2.15.0",
+				DriverName:        "gpumem.example.com",
+				KubeletDir:        "/var/lib/k0s/kubelet",
+				PriorityClassName: "gpu-monitoring",
+				Resources:         &res,
+				ExtraArgs:         []string{"--log.level=debug"},
+			},
+			monitoring:  true,
+			promLabels:  map[string]string{"release": "kube-prometheus-stack", "team": "gpu"},
+			dashboardNS: "monitoring",
+		},
+	}
+}
+
+func TestRenderedObjectsKeepTheContract(t *testing.T) {
+	for _, tc := range renderCases() {
+		t.Run(strings.TrimSuffix(cmpOr(tc.values, "defaults"), ".yaml"), func(t *testing.T) {
+			objs, notes := mustRender(t, tc.values, tc.release, tc.ns)
+			if strings.TrimSpace(notes) == "" {
+				t.Error("NOTES.txt renders empty")
+			}
+			manifestcheck.CheckLabels(t, objs)
+			manifestcheck.CheckNamespaces(t, objs, tc.ns, tc.dashboardNS)
+			manifestcheck.None[corev1.Namespace](t, objs) // helm install --create-namespace; labels documented
+
+			ds := manifestcheck.One[appsv1.DaemonSet](t, objs)
+			manifestcheck.CheckDaemonSet(t, ds, tc.ds)
+			manifestcheck.CheckRBAC(t, manifestcheck.One[rbacv1.ClusterRole](t, objs), manifestcheck.One[rbacv1.ClusterRoleBinding](t, objs),
+				manifestcheck.One[corev1.ServiceAccount](t, objs), ds)
+
+			svc := manifestcheck.One[corev1.Service](t, objs)
+			if tc.monitoring {
+				manifestcheck.CheckService(t, ds, svc, manifestcheck.One[manifestcheck.ServiceMonitor](t, objs), tc.promLabels)
+				manifestcheck.CheckPrometheusRule(t, manifestcheck.One[manifestcheck.PrometheusRule](t, objs), rulesSource, tc.promLabels)
+				manifestcheck.CheckDashboards(t, manifestcheck.All[corev1.ConfigMap](objs), dashboardsDir, "grafana_dashboard", "1")
+				for _, cm := range manifestcheck.All[corev1.ConfigMap](objs) {
+					if tc.values == "custom.yaml" && cm.Annotations["grafana_folder"] != "GPU" {
+						t.Errorf("dashboard ConfigMap %s lacks the annotation grafana_folder=GPU", cm.Name)
+					}
+				}
+			} else {
+				manifestcheck.CheckService(t, ds, svc, nil, nil)
+				manifestcheck.None[manifestcheck.ServiceMonitor](t, objs)
+				manifestcheck.None[manifestcheck.PrometheusRule](t, objs)
+				manifestcheck.None[corev1.ConfigMap](t, objs)
+			}
+
+			if tc.ds.CSI {
+				driver := cmpOr(tc.ds.DriverName, manifestcheck.DefaultDriverName)
+				manifestcheck.CheckCSIDriver(t, manifestcheck.One[storagev1.CSIDriver](t, objs), driver)
+				if !strings.Contains(notes, "driver: "+driver) {
+					t.Errorf("NOTES.txt does not show the CSI volume of driver %s:\n%s", driver, notes)
+				}
+			} else {
+				manifestcheck.None[storagev1.CSIDriver](t, objs)
+			}
+
+			if tc.netpol != nil {
+				manifestcheck.CheckNetworkPolicy(t, manifestcheck.One[networkingv1.NetworkPolicy](t, objs), ds, *tc.netpol)
+			} else {
+				manifestcheck.None[networkingv1.NetworkPolicy](t, objs)
+			}
+		})
+	}
+}
+
+// TestCSINeedsKubernetes129: csi-node is a native sidecar; an older API
+// server would drop restartPolicy and wait forever for it to "finish".
+func TestCSINeedsKubernetes129(t *testing.T) {
+	old := chartutil.KubeVersion{Version: "v1.28.9", Major: "1", Minor: "28"}
+	if _, _, err := render(t, "", releaseName, namespace, old); err == nil || !strings.Contains(err.Error(), "1.29") {
+		t.Errorf("rendering with CSI for Kubernetes 1.28: error %v, want one that asks for 1.29", err)
+	}
+	if _, _, err := render(t, "csi-off.yaml", releaseName, namespace, old); err != nil {
+		t.Errorf("rendering without CSI for Kubernetes 1.28: %v", err)
+	}
+	eks := chartutil.KubeVersion{Version: "v1.29.3-eks-adc7111", Major: "1", Minor: "29+"}
+	if _, _, err := render(t, "", releaseName, namespace, eks); err != nil {
+		t.Errorf("rendering for a 1.29 pre-release-style version: %v", err)
+	}
+}
+
+// TestChartRendersWhatKustomizeBuilds: the chart's defaults, for a release
+// named like the chart in namespace gpumem, give the same pod, RBAC rule,
+// CSIDriver, Service ports and scrape as `kubectl apply -k deploy/kubernetes`.
+func TestChartRendersWhatKustomizeBuilds(t *testing.T) {
+	helmObjs, _ := mustRender(t, "", releaseName, namespace)
+	kustObjs, err := manifestcheck.Decode("kustomize build", manifestcheck.Kustomize(t, kustomizeDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	same := func(what string, h, k any) {
+		t.Helper()
+		if !reflect.DeepEqual(h, k) {
+			t.Errorf("%s differs between the chart and the kustomization:\nhelm:      %+v\nkustomize: %+v", what, h, k)
+		}
+	}
+	hds, kds := manifestcheck.One[appsv1.DaemonSet](t, helmObjs), manifestcheck.One[appsv1.DaemonSet](t, kustObjs)
+	hspec, kspec := hds.Spec.Template.Spec, kds.Spec.Template.Spec
+	for i := range hspec.InitContainers {
+		if i < len(kspec.InitContainers) {
+			same("init container "+hspec.InitContainers[i].Name, hspec.InitContainers[i], kspec.InitContainers[i])
+		}
+	}
+	for i := range hspec.Containers {
+		if i < len(kspec.Containers) {
+			same("container "+hspec.Containers[i].Name, hspec.Containers[i], kspec.Containers[i])
+		}
+	}
+	same("pod spec", hspec, kspec)
+	same("update strategy", hds.Spec.UpdateStrategy, kds.Spec.UpdateStrategy)
+	same("ClusterRole rules", manifestcheck.One[rbacv1.ClusterRole](t, helmObjs).Rules, manifestcheck.One[rbacv1.ClusterRole](t, kustObjs).Rules)
+	same("CSIDriver spec", manifestcheck.One[storagev1.CSIDriver](t, helmObjs).Spec, manifestcheck.One[storagev1.CSIDriver](t, kustObjs).Spec)
+	same("Service ports", manifestcheck.One[corev1.Service](t, helmObjs).Spec.Ports, manifestcheck.One[corev1.Service](t, kustObjs).Spec.Ports)
+	hsm, ksm := manifestcheck.One[manifestcheck.ServiceMonitor](t, helmObjs), manifestcheck.One[manifestcheck.ServiceMonitor](t, kustObjs)
+	same("ServiceMonitor endpoints", hsm.Spec.Endpoints, ksm.Spec.Endpoints)
+	same("ServiceMonitor sampleLimit", deref(hsm.Spec.SampleLimit), deref(ksm.Spec.SampleLimit))
+	same("PrometheusRule groups", manifestcheck.One[manifestcheck.PrometheusRule](t, helmObjs).Spec, manifestcheck.One[manifestcheck.PrometheusRule](t, kustObjs).Spec)
+	dashboards := func(objs []manifestcheck.Object) map[string]string {
+		m := map[string]string{}
+		for _, cm := range manifestcheck.All[corev1.ConfigMap](objs) {
+			for k, v := range cm.Data {
+				m[k] = v
+			}
+		}
+		return m
+	}
+	same("dashboards", dashboards(helmObjs), dashboards(kustObjs))
+}
+
+func deref(p *uint64) uint64 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
