@@ -25,7 +25,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/gpumem/gpumem_exporter/nvml"
+	"github.com/gpumem/gpumem_exporter/simulate"
 )
 
 // End-to-end attribution: real processes push allocator stats over the
@@ -35,8 +35,6 @@ import (
 
 const (
 	attrNode = "node-1"
-	// attrClientEnv turns TestHelperClient into an allocator stats client.
-	attrClientEnv = "GPUMEM_TEST_ATTR_CLIENT"
 
 	attrPodUIDA       = "aaaaaaaa-1111-2222-3333-444444444444"
 	attrPodUIDB       = "bbbbbbbb-5555-6666-7777-888888888888"
@@ -50,21 +48,11 @@ const (
 	attrScrapeTimeout = 15 * time.Second
 )
 
-// TestHelperClient is not a test: re-executed by the attribution test with
-// attrClientEnv set, it is one instrumented process. It waits for "go" on
-// stdin (so that the parent can write its procfs fixture first: the daemon
-// reads the start time when the connection opens), connects, sends hello
-// and one stats message, prints "ready", and stays connected until stdin
-// closes.
-func TestHelperClient(t *testing.T) {
-	if os.Getenv(attrClientEnv) != "1" {
-		return
-	}
-	if err := attrRunClient(os.Stdin, os.Stdout); err != nil {
-		t.Fatal(err)
-	}
-}
-
+// attrRunClient is one instrumented process: the test binary re-executed
+// with roleEnv=client (TestMain) runs it. It waits for "go" on stdin (so
+// that the parent can write its procfs fixture first: the daemon reads the
+// start time when the connection opens), connects, sends hello and one
+// stats message, prints "ready", and stays connected until stdin closes.
 func attrRunClient(stdin io.Reader, stdout io.Writer) error {
 	in := bufio.NewReader(stdin)
 	if line, err := in.ReadString('\n'); err != nil || line != "go\n" {
@@ -92,7 +80,7 @@ func attrRunClient(stdin io.Reader, stdout io.Writer) error {
 		return fmt.Errorf("no welcome: %q, %v", welcome, err)
 	}
 	stats := fmt.Sprintf(`{"v":1,"type":"stats","devices":[{"uuid":%q,"reserved_bytes":%d,"active_bytes":%d}]}`+"\n",
-		nvml.SimUUIDs[attrGPU], reserved, active)
+		simulate.UUIDs[attrGPU], reserved, active)
 	if _, err := io.WriteString(conn, stats); err != nil {
 		return err
 	}
@@ -120,20 +108,12 @@ type attrChild struct {
 // startAttrChild starts a client that waits for "go" before connecting.
 func startAttrChild(t *testing.T, name, socket string, reserved, active uint64) *attrChild {
 	t.Helper()
-	// TestMain builds the exporter into a new directory, which takes
-	// seconds of linking; the helper does not need it. A "go" that does
-	// nothing, first on the helper's PATH, makes that build a no-op.
-	stub := t.TempDir()
-	if err := os.WriteFile(filepath.Join(stub, "go"), []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperClient$", "-test.count=1")
+	cmd := exec.Command(binary)
 	cmd.Env = append(os.Environ(),
-		attrClientEnv+"=1",
+		roleEnv+"=client",
 		"GPUMEM_SOCKET="+socket,
 		"GPUMEM_TEST_RESERVED="+strconv.FormatUint(reserved, 10),
 		"GPUMEM_TEST_ACTIVE="+strconv.FormatUint(active, 10),
-		"PATH="+stub+string(os.PathListSeparator)+os.Getenv("PATH"),
 	)
 	c := &attrChild{name: name, cmd: cmd, out: &syncBuffer{}}
 	cmd.Stdout, cmd.Stderr = c.out, c.out
@@ -469,7 +449,7 @@ type attrExpect struct {
 // problems lists how the scrape differs from e; nil when it matches.
 func (e attrExpect) problems(fams map[string]*clientmodel.MetricFamily) []string {
 	base := map[string]string{
-		"gpu": strconv.Itoa(attrGPU), "uuid": nvml.SimUUIDs[attrGPU], "pid": strconv.Itoa(e.pid),
+		"gpu": strconv.Itoa(attrGPU), "uuid": simulate.UUIDs[attrGPU], "pid": strconv.Itoa(e.pid),
 		"comm": "python3", "namespace": e.namespace, "pod": e.pod, "container": e.container,
 	}
 	info := map[string]string{

@@ -1,6 +1,10 @@
 // Command gpumem_exporter tells where GPU memory went, process by process:
 // NVML's per-GPU and per-process usage joined with the allocator statistics
 // that instrumented processes push over a Unix socket, as Prometheus metrics.
+//
+// This file holds the wiring only: sources (nvmlpoll, allocstats,
+// workload, simulate) -> one join (attribution) -> collectors, OOM reports
+// (oom) and the landing page -> HTTP.
 package main
 
 import (
@@ -8,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -15,7 +20,7 @@ import (
 	"syscall"
 	"time"
 
-	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/alecthomas/kingpin/v2"
 	"github.com/go-kit/log"
 	"github.com/go-kit/log/level"
@@ -25,77 +30,20 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/common/version"
 	"github.com/prometheus/exporter-toolkit/web"
-	"github.com/prometheus/exporter-toolkit/web/kingpinflag"
+	"golang.org/x/net/netutil"
 
 	"github.com/gpumem/gpumem_exporter/allocstats"
+	"github.com/gpumem/gpumem_exporter/attribution"
 	"github.com/gpumem/gpumem_exporter/collector"
 	"github.com/gpumem/gpumem_exporter/landing"
-	"github.com/gpumem/gpumem_exporter/nvml"
+	"github.com/gpumem/gpumem_exporter/nvmlpoll"
+	"github.com/gpumem/gpumem_exporter/oom"
+	"github.com/gpumem/gpumem_exporter/simulate"
 	"github.com/gpumem/gpumem_exporter/workload"
+	"github.com/gpumem/gpumem_exporter/workload/pods"
 )
 
 const exporterName = "gpumem_exporter"
-
-type options struct {
-	metricsPath            string
-	disableExporterMetrics bool
-	logLevel, logFormat    string
-	backend                string
-	pollInterval           time.Duration
-	simProcesses           int
-	simSeed                int64
-	procPath               string
-	kubeconfig, nodeName   string
-	socket                 string
-	socketExplicit         bool
-	socketMode             uint32
-	maxMessageBytes        int
-	maxConnections         int
-	maxDevices             int
-	idleTimeout, ttl       time.Duration
-	oomReports             int
-	webConfig              *web.FlagConfig
-}
-
-func parseFlags(args []string) (*options, error) {
-	o := &options{}
-	app := kingpin.CommandLine
-	app.Name = exporterName
-	app.Help = "Prometheus exporter of GPU memory per process: NVML joined with the framework allocators' own statistics."
-	o.webConfig = kingpinflag.AddFlags(app, ":9481")
-	app.Flag("web.telemetry-path", "Path under which to expose metrics.").Default("/metrics").StringVar(&o.metricsPath)
-	app.Flag("web.disable-exporter-metrics", "Exclude the exporter's own Go and process metrics (go_*, process_*).").BoolVar(&o.disableExporterMetrics)
-	app.Flag("log.level", "Only log messages with the given severity or above: debug, info, warn, error.").Default("info").EnumVar(&o.logLevel, "debug", "info", "warn", "error")
-	app.Flag("log.format", "Output format of log messages: logfmt, json.").Default("logfmt").EnumVar(&o.logFormat, "logfmt", "json")
-	app.Flag("nvml.backend", "Where GPU data comes from: nvml (the real library) or simulated (a scripted 8-GPU H200 node).").Default("nvml").EnumVar(&o.backend, "nvml", "simulated")
-	app.Flag("nvml.poll-interval", "How often NVML is polled; scrapes read the latest poll.").Default("1s").DurationVar(&o.pollInterval)
-	app.Flag("nvml.simulated.processes-per-gpu", "Processes per GPU on the simulated node.").Default("3").IntVar(&o.simProcesses)
-	app.Flag("nvml.simulated.seed", "Seed of the simulated node's script (the same seed gives the same run).").Default("1").Int64Var(&o.simSeed)
-	app.Flag("path.procfs", "procfs mountpoint (the host's /proc, e.g. /host/proc in a container).").Default("/proc").StringVar(&o.procPath)
-	app.Flag("kubernetes.kubeconfig", "Kubeconfig for pod attribution; empty: in-cluster config when running in a pod, none otherwise.").Default("").StringVar(&o.kubeconfig)
-	app.Flag("kubernetes.node-name", "This node's name, to watch only its pods.").Envar("NODE_NAME").Default("").StringVar(&o.nodeName)
-	app.Flag("allocstats.socket", "Unix socket where instrumented processes push allocator stats. When the default directory cannot be created, $XDG_RUNTIME_DIR/gpumem/ or a temporary directory is used.").
-		Default(allocstats.DefaultSocketPath).IsSetByUser(&o.socketExplicit).StringVar(&o.socket)
-	app.Flag("allocstats.socket-mode", "File mode of the socket (octal). World-writable by default: identity comes from the kernel.").Default("0666").Uint32Var(&o.socketMode)
-	app.Flag("allocstats.max-message-bytes", "Longest accepted message line; a longer one closes the connection.").Default("65536").IntVar(&o.maxMessageBytes)
-	app.Flag("allocstats.max-connections", "Most client connections at once.").Default("1024").IntVar(&o.maxConnections)
-	app.Flag("allocstats.max-devices", "Most devices in one stats message.").Default("64").IntVar(&o.maxDevices)
-	app.Flag("allocstats.idle-timeout", "Close a connection that sends nothing for this long.").Default("5m").DurationVar(&o.idleTimeout)
-	app.Flag("allocstats.ttl", "Keep a process's allocator series this long after its connection closes (they go at once when it exits).").Default("2m").DurationVar(&o.ttl)
-	app.Flag("allocstats.oom-reports", "How many out-of-memory reports /api/v1/oom-reports keeps.").Default("32").IntVar(&o.oomReports)
-	app.Version(version.Print(exporterName))
-	app.HelpFlag.Short('h')
-	if _, err := app.Parse(args); err != nil {
-		return nil, err
-	}
-	if o.pollInterval <= 0 {
-		return nil, fmt.Errorf("--nvml.poll-interval must be positive, got %s", o.pollInterval)
-	}
-	if o.simProcesses < 1 || o.simProcesses > 99 {
-		return nil, fmt.Errorf("--nvml.simulated.processes-per-gpu must be between 1 and 99, got %d", o.simProcesses)
-	}
-	return o, nil
-}
 
 func init() {
 	if version.Version == "" {
@@ -103,21 +51,8 @@ func init() {
 	}
 }
 
-// newLogger returns the project's logger, and the same without timestamp
-// and caller for the slog bridge (slog records carry their own).
-func newLogger(o *options) (log.Logger, log.Logger) {
-	var logger log.Logger
-	if o.logFormat == "json" {
-		logger = log.NewJSONLogger(log.NewSyncWriter(os.Stderr))
-	} else {
-		logger = log.NewLogfmtLogger(log.NewSyncWriter(os.Stderr))
-	}
-	logger = level.NewFilter(logger, level.Allow(level.ParseDefault(o.logLevel, level.InfoValue())))
-	return log.With(logger, "ts", log.DefaultTimestampUTC, "caller", log.DefaultCaller), logger
-}
-
 func main() {
-	o, err := parseFlags(os.Args[1:])
+	o, err := parseFlags(kingpin.CommandLine, os.Args[1:])
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", exporterName, err)
 		os.Exit(2)
@@ -130,89 +65,155 @@ func main() {
 }
 
 func run(o *options, logger, bare log.Logger) error {
-	level.Info(logger).Log("msg", "starting "+exporterName, "version", version.Info(), "build_context", version.BuildContext())
+	level.Info(logger).Log("msg", "starting "+exporterName, "version", version.Version, "revision", version.Revision, "build_context", version.BuildContext())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+
+	// The listen addresses first: a port in use must fail before the
+	// socket or NVML is touched.
+	listeners, err := listen(o)
+	if err != nil {
+		return err
+	}
+	defer closeAll(listeners)
 
 	d, err := wire(ctx, o, logger, bare)
 	if err != nil {
 		return err
 	}
+	defer d.close()
 
-	server := &http.Server{Handler: d.mux, ReadHeaderTimeout: 10 * time.Second}
-	errc := make(chan error, 1)
+	server := &http.Server{
+		Handler:           d.mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      time.Minute,
+		// Idle keep-alive connections are closed, so that a flood of them
+		// cannot hold file descriptors the socket and scrapes need.
+		IdleTimeout: time.Minute,
+	}
+	errc := make(chan error, 2)
 	go func() {
-		errc <- web.ListenAndServe(server, o.webConfig, slogkitLogger(bare))
+		if listeners == nil { // systemd socket activation
+			errc <- web.ListenAndServe(server, o.webConfig, slogLogger(bare, "web"))
+			return
+		}
+		errc <- web.ServeMultiple(listeners, server, o.webConfig, slogLogger(bare, "web"))
 	}()
+	var health *http.Server
+	if d.healthListener != nil {
+		health = &http.Server{Handler: d.health, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}
+		go func() { errc <- health.Serve(d.healthListener) }()
+	}
+	var runErr error
 	select {
 	case err := <-errc:
 		if !errors.Is(err, http.ErrServerClosed) {
-			return fmt.Errorf("serving HTTP: %w", err)
+			runErr = fmt.Errorf("serving HTTP: %w", err)
 		}
+		stop()
 	case <-ctx.Done():
 		level.Info(logger).Log("msg", "shutting down")
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = server.Shutdown(shutdownCtx)
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = server.Shutdown(shutdownCtx)
+	if health != nil {
+		_ = health.Shutdown(shutdownCtx)
 	}
 	d.wait()
-	return nil
+	return runErr
+}
+
+// listen opens every --web.listen-address (capped at --web.max-connections
+// each) and --web.health-address, or returns nil listeners under systemd
+// socket activation.
+func listen(o *options) ([]net.Listener, error) {
+	if o.webConfig.WebSystemdSocket != nil && *o.webConfig.WebSystemdSocket {
+		return nil, nil
+	}
+	var ls []net.Listener
+	for _, addr := range *o.webConfig.WebListenAddresses {
+		if strings.HasPrefix(addr, "vsock://") {
+			closeAll(ls)
+			return nil, fmt.Errorf("--web.listen-address=%s: vsock addresses need --web.systemd-socket off and are not supported by this exporter", addr)
+		}
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			closeAll(ls)
+			return nil, fmt.Errorf("--web.listen-address=%s: %w", addr, err)
+		}
+		ls = append(ls, netutil.LimitListener(l, o.webMaxConnections))
+	}
+	return ls, nil
+}
+
+func closeAll(ls []net.Listener) {
+	for _, l := range ls {
+		l.Close()
+	}
 }
 
 // daemon is the wired exporter: poller, socket server, HTTP handlers.
 type daemon struct {
-	mux  *http.ServeMux
-	wait func()
+	mux, health    http.Handler
+	healthListener net.Listener
+	wait           func()
+	close          func()
 }
 
 func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, error) {
+	var healthListener net.Listener
+	if o.healthAddress != "" {
+		l, err := net.Listen("tcp", o.healthAddress)
+		if err != nil {
+			return nil, fmt.Errorf("--web.health-address=%s: %w", o.healthAddress, err)
+		}
+		healthListener = netutil.LimitListener(l, 8)
+	}
+	closeHealth := func() {
+		if healthListener != nil {
+			healthListener.Close()
+		}
+	}
+
+	// Sources.
 	store := allocstats.NewStore(o.ttl)
-	reg := prometheus.NewRegistry()
-	pods, err := podLookup(ctx, o, logger, bare, reg)
+	routeLibraryLogs(bare)
+	podWatch, err := pods.Start(ctx, pods.Config{Kubeconfig: o.kubeconfig, NodeName: o.nodeName}, log.With(logger, "component", "kubernetes"))
 	if err != nil {
+		closeHealth()
 		return nil, err
 	}
-	resolver := workload.NewProcResolver(o.procPath, pods, log.With(logger, "component", "workload"))
+	var podLookup workload.PodLookup
+	var podHealth prometheus.Collector
+	if podWatch != nil {
+		podLookup, podHealth = podWatch, podWatch
+	}
+	resolver := workload.NewProcResolver(o.procPath, podLookup, log.With(logger, "component", "workload"))
 
-	cfg := nvml.Config{Interval: o.pollInterval, Logger: log.With(logger, "component", "nvml")}
-	var oomSink func(allocstats.OOMEvent)
-	switch o.backend {
-	case "simulated":
-		sim := nvml.NewSimulator(nvml.SimConfig{
-			ProcessesPerGPU: o.simProcesses,
-			Seed:            o.simSeed,
-			OnStep:          func(s nvml.SimStep) { feedSimulated(store, s, oomSink) },
-		})
-		cfg.Lib = sim.Interface()
-		cfg.BeforePoll = sim.Step
+	var lib nvml.Interface = nvml.New()
+	var sim *simulate.Node
+	if o.backend == "simulated" {
+		sim = simulate.New(simulate.Config{ProcessesPerGPU: o.simProcesses, Seed: o.simSeed, Sink: store})
+		lib = sim.Interface()
 		level.Info(logger).Log("msg", "using the simulated NVML backend: 8 scripted H200 GPUs", "processes_per_gpu", o.simProcesses, "seed", o.simSeed)
-	default:
-		cfg.Lib = gonvml.New()
 	}
-	cfg.OnPoll = []func(*nvml.Snapshot){func(s *nvml.Snapshot) {
+	alive := processAlive(o.procPath, sim)
+	cfg := nvmlpoll.Config{Lib: lib, Interval: o.pollInterval, Logger: log.With(logger, "component", "nvml")}
+	if sim != nil {
+		cfg.BeforePoll = sim.Step
+	}
+	cfg.OnPoll = []func(*nvmlpoll.Snapshot){func(s *nvmlpoll.Snapshot) {
 		resolver.Refresh(union(s.PIDs(), store.PIDs()))
-		store.Prune(time.Now(), func(pid uint32, start uint64) bool {
-			st, err := workload.StartTime(o.procPath, pid)
-			if errors.Is(err, fs.ErrNotExist) {
-				return false // exited
-			}
-			if err != nil {
-				return true // cannot tell; the TTL still applies after a disconnect
-			}
-			return start == 0 || st == start
-		})
+		store.Prune(time.Now(), alive)
 	}}
-	poller := nvml.NewPoller(cfg)
+	poller := nvmlpoll.NewPoller(cfg)
 
-	describe := func(pid uint32) allocstats.ProcessLabels {
-		in, _ := resolver.Lookup(pid)
-		if in.Comm == "" {
-			in.Comm = nvmlName(poller.Snapshot(), pid)
-		}
-		return allocstats.ProcessLabels{Comm: in.Comm, Namespace: in.Namespace, Pod: in.Pod, Container: in.Container}
-	}
-	reports := allocstats.NewOOMReports(o.oomReports, poller.Snapshot, store, describe, log.With(logger, "component", "oom"))
-	oomSink = reports.Record
+	// The one join, and what reads it.
+	join := attribution.Sources{NVML: poller, Allocator: store, Workload: resolver}
+	reports := oom.New(o.oomReports, join, log.With(logger, "component", "oom"))
+	store.OnOOM(reports.Record)
 
 	srv, err := allocstats.NewServer(allocstats.Config{
 		SocketPath:      o.socket,
@@ -226,32 +227,33 @@ func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, er
 		ServerVersion:   version.Version,
 		KnownDevice:     knownDevice(poller),
 		StartTime:       func(pid uint32) (uint64, error) { return workload.StartTime(o.procPath, pid) },
-		OnOOM:           reports.Record,
-	}, store, log.With(logger, "component", "allocstats"), reg)
+	}, store, log.With(logger, "component", "allocstats"))
 	if err != nil {
+		closeHealth()
 		return nil, err
 	}
 	if err := srv.Listen(); err != nil {
+		closeHealth()
 		return nil, err
 	}
 	level.Info(logger).Log("msg", "allocator stats socket ready; point clients at it with GPUMEM_SOCKET", "socket", srv.SocketPath())
 
 	exp, err := collector.New(collector.Sources{
-		NVML:       poller,
-		NVMLHealth: poller,
-		Allocator:  store,
-		Workload:   resolver,
+		Join:             join,
+		NVMLHealth:       poller,
+		AllocstatsHealth: srv,
+		KubernetesHealth: podHealth,
 	}, logger)
 	if err != nil {
+		srv.Close()
+		closeHealth()
 		return nil, err
 	}
 	level.Info(logger).Log("msg", "enabled collectors", "collectors", strings.Join(collector.Enabled(), ","))
+	reg := prometheus.NewRegistry()
 	reg.MustRegister(exp, versioncollector.NewCollector(exporterName))
-	gatherers := prometheus.Gatherers{reg}
 	if !o.disableExporterMetrics {
-		own := prometheus.NewRegistry()
-		own.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-		gatherers = append(gatherers, own)
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 
 	done := make(chan struct{}, 2)
@@ -263,52 +265,76 @@ func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, er
 		done <- struct{}{}
 	}()
 
-	mux := http.NewServeMux()
-	mux.Handle(o.metricsPath, promhttp.HandlerFor(gatherers, promhttp.HandlerOpts{
-		ErrorLog:            promhttpLogger{logger},
-		ErrorHandling:       promhttp.ContinueOnError,
-		MaxRequestsInFlight: 10,
-	}))
-	mux.HandleFunc("/-/healthy", func(w http.ResponseWriter, _ *http.Request) {
+	healthMux := http.NewServeMux()
+	healthMux.HandleFunc("/-/healthy", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "Healthy.")
 	})
-	mux.HandleFunc("/-/ready", func(w http.ResponseWriter, _ *http.Request) {
-		if !poller.Ready() {
-			http.Error(w, "Not ready: NVML has not been polled yet.", http.StatusServiceUnavailable)
+	healthMux.HandleFunc("/-/ready", func(w http.ResponseWriter, _ *http.Request) {
+		if ok, why := ready(poller); !ok {
+			http.Error(w, "Not ready: "+why, http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "Ready.")
 	})
+	mux := http.NewServeMux()
+	mux.Handle(o.metricsPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorLog:            promhttpLogger{logger},
+		ErrorHandling:       promhttp.ContinueOnError,
+		MaxRequestsInFlight: 10,
+	}))
+	mux.Handle("/-/", healthMux)
 	mux.Handle("/api/v1/oom-reports", reports)
-	page := landing.New(landing.Config{
+	mux.Handle("/", landing.New(landing.Config{
 		Name:        exporterName,
-		Version:     version.Info(),
+		Version:     version.Version,
+		Revision:    version.Revision,
 		MetricsPath: o.metricsPath,
 		Backend:     o.backend,
 		Socket:      srv.SocketPath(),
-		Snapshot:    poller.Snapshot,
-		Allocator:   store,
+		Sources:     join,
 		NVMLUp:      poller.Up,
 		Reports:     reports,
-		Workload:    resolver,
-	})
-	mux.Handle("/", page)
-	return &daemon{mux: mux, wait: func() { <-done; <-done }}, nil
+	}))
+	return &daemon{
+		mux:            mux,
+		health:         healthMux,
+		healthListener: healthListener,
+		wait:           func() { <-done; <-done },
+		close:          closeHealth,
+	}, nil
 }
 
-// nvmlName is NVML's name for pid, the fallback when /proc has none.
-func nvmlName(snap *nvml.Snapshot, pid uint32) string {
-	if snap == nil {
-		return ""
+// ready says whether /-/ready is green: NVML has been polled successfully.
+func ready(p *nvmlpoll.Poller) (bool, string) {
+	if p.Ready() {
+		return true, ""
 	}
-	for i := range snap.Devices {
-		for _, p := range snap.Devices[i].Processes {
-			if p.PID == pid {
-				return p.Name
+	if p.Polled() {
+		return false, "NVML was polled but the poll failed (is the NVIDIA driver loaded? see gpumem_nvml_errors_total)."
+	}
+	return false, "NVML has not been polled yet."
+}
+
+// processAlive tells the store's Prune whether a reporting process still
+// runs: the simulated node answers for its own pids, /proc for the rest.
+// It answers true when it cannot tell (the TTL still applies after a
+// disconnect).
+func processAlive(procPath string, sim *simulate.Node) func(pid uint32, start uint64) bool {
+	return func(pid uint32, start uint64) bool {
+		if sim != nil {
+			if alive, ok := sim.Alive(pid); ok {
+				return alive
 			}
 		}
+		st, err := workload.StartTime(procPath, pid)
+		if errors.Is(err, fs.ErrNotExist) {
+			return false
+		}
+		if err != nil {
+			return true
+		}
+		return start == 0 || st == start
 	}
-	return ""
 }
 
 func union(a, b []uint32) []uint32 {
@@ -326,7 +352,7 @@ func union(a, b []uint32) []uint32 {
 }
 
 // knownDevice matches a normalised UUID against the devices NVML lists.
-func knownDevice(p *nvml.Poller) func(string) (string, bool) {
+func knownDevice(p *nvmlpoll.Poller) func(string) (string, bool) {
 	return func(uuid string) (string, bool) {
 		d, ok := p.Snapshot().Device(uuid)
 		if !ok {
@@ -334,39 +360,4 @@ func knownDevice(p *nvml.Poller) func(string) (string, bool) {
 		}
 		return d.UUID, true
 	}
-}
-
-// feedSimulated hands the simulated node's allocator state to the store,
-// as real clients would over the socket.
-func feedSimulated(store *allocstats.Store, s nvml.SimStep, oom func(allocstats.OOMEvent)) {
-	now := time.Now()
-	for _, pid := range s.Exited {
-		store.Remove(pid)
-	}
-	opt := func(v uint64) allocstats.Optional { return allocstats.Optional{V: v, OK: true} }
-	for _, a := range s.Allocators {
-		r := allocstats.DeviceReport{
-			UUID: a.UUID, Reserved: a.Reserved,
-			Active: opt(a.Active), Allocated: opt(a.Allocated), InactiveSplit: opt(a.InactiveSplit),
-			PeakReserved: opt(a.PeakReserved), PeakActive: opt(a.PeakActive),
-			AllocRetries: opt(a.AllocRetries), OOMs: opt(a.OOMs),
-		}
-		if a.Limit > 0 {
-			r.Limit = opt(a.Limit)
-		}
-		store.ApplySynthetic(a.PID, "pytorch", []allocstats.DeviceReport{r}, now)
-	}
-	for _, o := range s.OOMs {
-		ev, ok := store.RecordOOMSynthetic(o.PID, o.UUID, o.Requested, now)
-		if ok && oom != nil {
-			ev.Limit, ev.Free = opt(o.Limit), opt(o.Free)
-			oom(ev)
-		}
-	}
-}
-
-type promhttpLogger struct{ logger log.Logger }
-
-func (l promhttpLogger) Println(v ...interface{}) {
-	level.Error(l.logger).Log("msg", fmt.Sprint(v...))
 }

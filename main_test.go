@@ -34,26 +34,39 @@ import (
 	"github.com/gpumem/gpumem_exporter/internal/doccheck"
 )
 
-// End-to-end tests: they build the real binary and run it in simulated mode.
+// End-to-end tests: they run the exporter as its own process, in
+// simulated mode. The process is this test binary re-executed with
+// roleEnv=exporter, which runs main() instead of the tests (no separate
+// build: the binary is already compiled, with the same flags as the tests).
+
+// roleEnv tells a re-executed test binary what to be: "exporter" (main)
+// or "client" (an instrumented process, attribution_test.go).
+const roleEnv = "GPUMEM_TEST_ROLE"
 
 var binary string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "gpumem-e2e")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+	switch os.Getenv(roleEnv) {
+	case "exporter":
+		os.Args = append([]string{exporterName}, os.Args[1:]...)
+		main()
+		os.Exit(0)
+	case "client":
+		if err := attrRunClient(os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
 	}
-	binary = filepath.Join(dir, "gpumem_exporter")
-	build := exec.Command("go", "build", "-o", binary, ".")
-	build.Stdout, build.Stderr = os.Stdout, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building the exporter:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	binary = os.Args[0]
+	os.Exit(m.Run())
+}
+
+// exporterCommand is the exporter run with args.
+func exporterCommand(args ...string) *exec.Cmd {
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), roleEnv+"=exporter")
+	return cmd
 }
 
 type exporter struct {
@@ -118,7 +131,7 @@ func startExporter(t *testing.T, args ...string) *exporter {
 		base = append(base, "--nvml.backend=simulated")
 	}
 	args = append(base, args...)
-	e.cmd = exec.Command(binary, args...)
+	e.cmd = exporterCommand(args...)
 	e.cmd.Stdout = e.log
 	e.cmd.Stderr = e.log
 	if err := e.cmd.Start(); err != nil {
@@ -154,6 +167,26 @@ func (e *exporter) get(t *testing.T, path string) (int, string) {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(body)
+}
+
+// within polls cond until it holds or timeout passes, and says which.
+func within(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return true
+}
+
+// eventually fails the test when cond does not hold within timeout.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	if !within(timeout, cond) {
+		t.Fatalf("no %s within %s", what, timeout)
+	}
 }
 
 func (e *exporter) waitReady(t *testing.T) {
@@ -226,8 +259,11 @@ func TestSimulatedExporterServesEveryMetric(t *testing.T) {
 func TestMetricsDocMatchesExporter(t *testing.T) {
 	e := startExporter(t)
 	e.waitReady(t)
-	time.Sleep(500 * time.Millisecond)
-	_, body := e.get(t, "/metrics")
+	var body string
+	eventually(t, 10*time.Second, "a scrape with allocator series", func() bool {
+		_, body = e.get(t, "/metrics")
+		return strings.Contains(body, "gpumem_allocator_reserved_bytes{")
+	})
 	documented := map[string]bool{}
 	for _, n := range documentedMetrics(t) {
 		documented[n] = true
@@ -399,8 +435,8 @@ func TestScrapesLeakNoFileDescriptors(t *testing.T) {
 		e.get(t, "/metrics")
 		e.get(t, "/")
 	}
-	time.Sleep(200 * time.Millisecond)
-	if after := fds(); after > before+2 {
+	var after int
+	if !within(5*time.Second, func() bool { after = fds(); return after <= before+2 }) {
 		t.Errorf("open fds grew from %d to %d over 400 requests", before, after)
 	}
 }

@@ -147,16 +147,12 @@ func (cn *connection) handleLine(line []byte) error {
 			return nil
 		}
 		msg.OOM.UUID = canonical
-		var ev OOMEvent
-		cn.entry, ev, err = s.store.oom(cn.entry, cn.id, msg.OOM, now, s.cfg.MaxDevices)
+		cn.entry, _, err = s.store.oom(cn.entry, cn.id, msg.OOM, now, s.cfg.MaxDevices)
 		if err != nil {
 			cn.reject(TypeOOM, err)
 			return nil
 		}
 		s.messages.WithLabelValues(TypeOOM, ResultOK).Inc()
-		if s.cfg.OnOOM != nil {
-			s.cfg.OnOOM(ev)
-		}
 	}
 	return nil
 }

@@ -38,9 +38,6 @@ type Config struct {
 	// read when a connection opens so that a reused pid never inherits
 	// another process's series. Nil, or an error, leaves it unknown (0).
 	StartTime func(pid uint32) (uint64, error)
-	// OnOOM, if set, is called synchronously after the store records an oom
-	// message; it must be fast.
-	OnOOM func(ev OOMEvent)
 }
 
 func (c *Config) setDefaults() error {
@@ -126,10 +123,10 @@ var messageLabels = [][2]string{
 	{TypeUnknown, ResultRejected}, {TypeUnknown, ResultMalformed}, {TypeUnknown, ResultOversize},
 }
 
-// NewServer checks cfg, fills its defaults and registers the server's
-// metrics on reg (which may be nil). It does not open the socket: Listen
-// does.
-func NewServer(cfg Config, store *Store, logger log.Logger, reg prometheus.Registerer) (*Server, error) {
+// NewServer checks cfg and fills its defaults. It does not open the
+// socket: Listen does. The server is a prometheus.Collector of its own
+// metrics (gpumem_allocstats_*).
+func NewServer(cfg Config, store *Store, logger log.Logger) (*Server, error) {
 	if store == nil {
 		return nil, errors.New("allocstats: nil store")
 	}
@@ -144,15 +141,15 @@ func NewServer(cfg Config, store *Store, logger log.Logger, reg prometheus.Regis
 		store:  store,
 		logger: logger,
 		connections: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "gpumem_allocstats_connections",
+			Name: prometheus.BuildFQName("gpumem", "allocstats", "connections"),
 			Help: "Open connections on the allocator stats socket.",
 		}),
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "gpumem_allocstats_messages_total",
+			Name: prometheus.BuildFQName("gpumem", "allocstats", "messages_total"),
 			Help: "Lines received on the allocator stats socket, by message type and result (ok, malformed, rejected, oversize).",
 		}, []string{"type", "result"}),
 		connectionsRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "gpumem_allocstats_connections_rejected_total",
+			Name: prometheus.BuildFQName("gpumem", "allocstats", "connections_rejected_total"),
 			Help: "Connections closed at once: over the connection limit, or without peer credentials.",
 		}, []string{"reason"}),
 		now:      time.Now,
@@ -164,15 +161,27 @@ func NewServer(cfg Config, store *Store, logger log.Logger, reg prometheus.Regis
 	}
 	s.connectionsRejected.WithLabelValues(rejectMaxConnections)
 	s.connectionsRejected.WithLabelValues(rejectPeerCred)
-	if reg != nil {
-		for _, c := range []prometheus.Collector{s.connections, s.messages, s.connectionsRejected} {
-			if err := reg.Register(c); err != nil {
-				return nil, fmt.Errorf("registering allocstats metrics: %w", err)
-			}
-		}
-	}
 	return s, nil
 }
+
+// Describe implements prometheus.Collector.
+func (s *Server) Describe(ch chan<- *prometheus.Desc) {
+	s.connections.Describe(ch)
+	s.messages.Describe(ch)
+	s.connectionsRejected.Describe(ch)
+}
+
+// Collect implements prometheus.Collector.
+func (s *Server) Collect(ch chan<- prometheus.Metric) {
+	s.connections.Collect(ch)
+	s.messages.Collect(ch)
+	s.connectionsRejected.Collect(ch)
+}
+
+// Close closes the listener (removing the socket file) and every
+// connection. Serve does it when its context ends; Close is for a server
+// that will not serve.
+func (s *Server) Close() { s.shutdown() }
 
 // SocketPath returns where the server listens: after Listen, the path
 // ResolveSocketPath chose.

@@ -54,7 +54,7 @@ func startServer(t *testing.T, configure func(*Config), hooks ...func(*Server)) 
 		configure(&cfg)
 	}
 	store := NewStore(time.Minute)
-	srv, err := NewServer(cfg, store, nil, prometheus.NewRegistry())
+	srv, err := NewServer(cfg, store, nil)
 	if err != nil {
 		t.Fatalf("NewServer: %v", err)
 	}
@@ -298,7 +298,7 @@ func TestServerSkipsBadLinesAndKeepsTheConnection(t *testing.T) {
 
 func TestServerRejectsUnknownDevices(t *testing.T) {
 	var oomCalls atomic.Int32
-	ts := startServer(t, func(c *Config) { c.OnOOM = func(OOMEvent) { oomCalls.Add(1) } })
+	ts := startServer(t, nil, func(s *Server) { s.store.OnOOM(func(OOMEvent) { oomCalls.Add(1) }) })
 	c := dial(t, ts.path)
 	c.send(
 		`{"v":1,"type":"stats","devices":[{"uuid":"`+testUUID+`","reserved_bytes":1},{"uuid":"`+unknownUUID+`","reserved_bytes":1}]}`,
@@ -333,7 +333,7 @@ func TestServerCanonicalisesUUIDsThroughNVML(t *testing.T) {
 
 func TestServerOOMReachesStoreAndCallback(t *testing.T) {
 	events := make(chan OOMEvent, 1)
-	ts := startServer(t, func(c *Config) { c.OnOOM = func(ev OOMEvent) { events <- ev } })
+	ts := startServer(t, nil, func(s *Server) { s.store.OnOOM(func(ev OOMEvent) { events <- ev }) })
 	c := dial(t, ts.path)
 	c.send(`{"v":1,"type":"oom","uuid":"` + testUUIDBare + `","requested_bytes":960495616,"limit_bytes":4294967296,"pid":1}`)
 	select {
@@ -499,7 +499,7 @@ func TestServerManyConcurrentClients(t *testing.T) {
 func TestServeShutdownClosesEverythingAndRemovesTheSocket(t *testing.T) {
 	store := NewStore(time.Minute)
 	path := filepath.Join(shortTempDir(t), "s.sock")
-	srv, err := NewServer(Config{SocketPath: path, SocketMode: 0o660}, store, nil, nil)
+	srv, err := NewServer(Config{SocketPath: path, SocketMode: 0o660}, store, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -541,27 +541,22 @@ func TestNewServerChecksConfig(t *testing.T) {
 		{IdleTimeout: -time.Second},
 		{SocketMode: os.ModeDir | 0o666},
 	} {
-		if _, err := NewServer(cfg, NewStore(0), nil, nil); err == nil {
+		if _, err := NewServer(cfg, NewStore(0), nil); err == nil {
 			t.Errorf("NewServer(%+v) accepted an invalid config", cfg)
 		}
 	}
-	if _, err := NewServer(Config{}, nil, nil, nil); err == nil {
+	if _, err := NewServer(Config{}, nil, nil); err == nil {
 		t.Error("NewServer accepted a nil store")
-	}
-	reg := prometheus.NewRegistry()
-	if _, err := NewServer(Config{}, NewStore(0), nil, reg); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := NewServer(Config{}, NewStore(0), nil, reg); err == nil {
-		t.Error("registering a second server's metrics on the same registry did not fail")
 	}
 }
 
 func TestServerPreinitialisesMessageCounters(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	if _, err := NewServer(Config{}, NewStore(0), nil, reg); err != nil {
+	srv, err := NewServer(Config{}, NewStore(0), nil)
+	if err != nil {
 		t.Fatal(err)
 	}
+	reg.MustRegister(srv)
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

@@ -11,7 +11,7 @@ import (
 
 func newListeningServer(t *testing.T, path string) (*Server, error) {
 	t.Helper()
-	srv, err := NewServer(Config{SocketPath: path}, NewStore(0), nil, nil)
+	srv, err := NewServer(Config{SocketPath: path}, NewStore(0), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func TestListenRefusesAnUnusableExplicitPath(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := filepath.Join(blocker, "s.sock")
-	srv, err := NewServer(Config{SocketPath: path, SocketExplicit: true}, NewStore(0), nil, nil)
+	srv, err := NewServer(Config{SocketPath: path, SocketExplicit: true}, NewStore(0), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

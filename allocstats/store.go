@@ -95,6 +95,22 @@ type Store struct {
 	sorted []*procEntry
 	// nDevices is the number of device entries over all processes.
 	nDevices int
+
+	oomHooks []func(OOMEvent) // set before use, read without the lock
+}
+
+// OnOOM adds f to the functions called, synchronously and without the
+// store's lock, after each oom message the store records (from a
+// connection or a feed). f must be fast. Add hooks before the store is
+// used.
+func (s *Store) OnOOM(f func(OOMEvent)) {
+	s.oomHooks = append(s.oomHooks, f)
+}
+
+func (s *Store) notifyOOM(ev OOMEvent) {
+	for _, f := range s.oomHooks {
+		f(ev)
+	}
 }
 
 type procEntry struct {
@@ -462,15 +478,19 @@ func (s *Store) deviceLocked(e *procEntry, uuid string) *deviceEntry {
 // oom records an oom message of a connection.
 func (s *Store) oom(bound *procEntry, id Identity, m OOMMessage, now time.Time, maxDevices int) (*procEntry, OOMEvent, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if err := s.checkCapLocked(bound, id, []DeviceReport{{UUID: m.UUID}}, maxDevices); err != nil {
+		s.mu.Unlock()
 		return bound, OOMEvent{}, err
 	}
 	e, err := s.bindLocked(bound, id)
 	if err != nil {
+		s.mu.Unlock()
 		return bound, OOMEvent{}, err
 	}
-	return e, s.recordOOMLocked(e, m, now), nil
+	ev := s.recordOOMLocked(e, m, now)
+	s.mu.Unlock()
+	s.notifyOOM(ev)
+	return e, ev, nil
 }
 
 func (s *Store) recordOOMLocked(e *procEntry, m OOMMessage, now time.Time) OOMEvent {
@@ -513,11 +533,14 @@ func (s *Store) Feed(id Identity, framework string, devices []DeviceReport, now 
 // connection, as Feed does for stats.
 func (s *Store) FeedOOM(id Identity, m OOMMessage, now time.Time) (OOMEvent, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if err := s.checkCapLocked(nil, id, []DeviceReport{{UUID: m.UUID}}, DefaultMaxDevices); err != nil {
+		s.mu.Unlock()
 		return OOMEvent{}, err
 	}
-	return s.recordOOMLocked(s.feedEntryLocked(id, now), m, now), nil
+	ev := s.recordOOMLocked(s.feedEntryLocked(id, now), m, now)
+	s.mu.Unlock()
+	s.notifyOOM(ev)
+	return ev, nil
 }
 
 // feedEntryLocked returns the entry of id, created (replacing one of an

@@ -213,7 +213,7 @@ func reportOverSocket(t *testing.T, pid uint32, start uint64) *allocstats.Store 
 		SocketPath:     filepath.Join(dir, "s.sock"),
 		SocketExplicit: true,
 		StartTime:      func(uint32) (uint64, error) { return start, nil },
-	}, store, log.NewNopLogger(), nil)
+	}, store, log.NewNopLogger())
 	if err != nil {
 		t.Fatal(err)
 	}

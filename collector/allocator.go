@@ -42,7 +42,7 @@ func newAllocatorCollector(src Sources, _ log.Logger) (Collector, error) {
 
 func (c *allocatorCollector) Update(sc *Scrape, ch chan<- prometheus.Metric) error {
 	v := sc.View()
-	if v.Snapshot == nil {
+	if v.Snapshot == nil || len(v.Snapshot.Devices) == 0 {
 		return ErrNoData // no device to label a report with
 	}
 	rows := v.Rows

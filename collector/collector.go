@@ -166,7 +166,7 @@ func (sc *Scrape) View() attribution.View {
 	return sc.view
 }
 
-func (e *Exporter) execute(name string, c Collector, sc *scrape, ch chan<- prometheus.Metric) {
+func (e *Exporter) execute(name string, c Collector, sc *Scrape, ch chan<- prometheus.Metric) {
 	begin := time.Now()
 	err := c.Update(sc, ch)
 	duration := time.Since(begin)

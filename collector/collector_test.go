@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/gpumem/gpumem_exporter/allocstats"
+	"github.com/gpumem/gpumem_exporter/attribution"
 	"github.com/gpumem/gpumem_exporter/nvmlpoll"
 )
 
@@ -58,23 +59,39 @@ func TestNVMLAbsentAtStartThenPresent(t *testing.T) {
 	}
 }
 
-func TestNoDataIsNotAFailure(t *testing.T) {
-	// An empty store, no resolver, no snapshot yet: every collector but
-	// nvml has nothing to say, and none of them failed.
+// As in node_exporter: a collector whose source has not delivered yet
+// (no NVML poll) did not succeed, and says so with success 0; one whose
+// source is absent (no Kubernetes) is not built at all.
+func TestNoDataReportsSuccessZero(t *testing.T) {
 	p := nvmlpoll.NewPoller(nvmlpoll.Config{Lib: twoGPUNode()})
-	reg := newRegistry(t, Sources{NVML: p, Allocator: allocstats.NewStore(0)})
+	reg := newRegistry(t, Sources{Join: attribution.Sources{NVML: p, Allocator: allocstats.NewStore(0)}, NVMLHealth: p})
 	s := gather(t, reg)
-	for _, name := range Names() {
-		if got := one(t, s, "gpumem_scrape_collector_success", "collector", name); got != 1 {
-			t.Errorf("scrape_collector_success{collector=%q} = %v, want 1 (ErrNoData is not a failure)", name, got)
+	for name, want := range map[string]float64{"gpu": 0, "process": 0, "allocator": 0, "nvml": 1} {
+		if got := one(t, s, "gpumem_scrape_collector_success", "collector", name); got != want {
+			t.Errorf("scrape_collector_success{collector=%q} before the first poll = %v, want %v", name, got, want)
 		}
 		one(t, s, "gpumem_scrape_collector_duration_seconds", "collector", name)
+	}
+	for _, name := range []string{"allocstats", "kubernetes"} {
+		if n := len(find(s, "gpumem_scrape_collector_success", "collector", name)); n != 0 {
+			t.Errorf("collector %s without its source exported %d success series, want none", name, n)
+		}
+	}
+
+	if err := p.Poll(); err != nil {
+		t.Fatal(err)
+	}
+	s = gather(t, reg)
+	for _, name := range []string{"gpu", "process", "allocator", "nvml"} {
+		if got := one(t, s, "gpumem_scrape_collector_success", "collector", name); got != 1 {
+			t.Errorf("scrape_collector_success{collector=%q} after a poll of an idle node = %v, want 1 (nothing running is not a failure)", name, got)
+		}
 	}
 }
 
 type failingCollector struct{}
 
-func (failingCollector) Update(ch chan<- prometheus.Metric) error {
+func (failingCollector) Update(*Scrape, chan<- prometheus.Metric) error {
 	return errors.New("the source broke")
 }
 
@@ -95,7 +112,7 @@ func TestNewRejectsAnUnknownCollector(t *testing.T) {
 }
 
 func TestEveryCollectorIsRegistered(t *testing.T) {
-	want := []string{"allocator", "gpu", "nvml", "process"}
+	want := []string{"allocator", "allocstats", "gpu", "kubernetes", "nvml", "process"}
 	if got := Names(); strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Errorf("Names() = %v, want %v", got, want)
 	}
@@ -133,7 +150,7 @@ func TestRichestScrapePassesLint(t *testing.T) {
 	node := twoGPUNode()
 	node.SetUsed(1, 0, proc(1100, 6*GiB), proc(1101, 2*GiB))
 	store := trainerStore()
-	store.ApplySynthetic(2000, "jax", []allocstats.DeviceReport{fullReport(gpuUUID(1), 4*GiB, 3*GiB)}, t0)
+	mustFeed(store, 2000, "jax", []allocstats.DeviceReport{fullReport(gpuUUID(1), 4*GiB, 3*GiB)}, t0)
 	reg := newRegistry(t, sources(pollTwoGPUNode(t, node), store, fakeResolver{1000: trainer}))
 	problems, err := testutil.GatherAndLint(reg)
 	if err != nil {
@@ -171,7 +188,7 @@ func TestRichestScrapePassesLint(t *testing.T) {
 
 // countingAllocator counts how often a scrape copies the allocator store.
 type countingAllocator struct {
-	AllocatorSource
+	attribution.AllocatorSource
 	calls atomic.Int32
 }
 
@@ -182,8 +199,8 @@ func (c *countingAllocator) Processes() []allocstats.Process {
 
 func TestOneScrapeJoinsOnceForEveryCollector(t *testing.T) {
 	src := sources(pollTwoGPUNode(t, twoGPUNode()), trainerStore(), fakeResolver{1000: trainer})
-	counting := &countingAllocator{AllocatorSource: src.Allocator}
-	src.Allocator = counting
+	counting := &countingAllocator{AllocatorSource: src.Join.Allocator}
+	src.Join.Allocator = counting
 	exp, err := New(src, log.NewNopLogger(), Names()...)
 	if err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"flag"
-	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -20,6 +19,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/gpumem/gpumem_exporter/allocstats"
+	"github.com/gpumem/gpumem_exporter/attribution"
 	"github.com/gpumem/gpumem_exporter/internal/mocknode"
 	"github.com/gpumem/gpumem_exporter/nvmlpoll"
 	"github.com/gpumem/gpumem_exporter/workload"
@@ -52,8 +52,6 @@ var (
 )
 
 type mockNode = mocknode.Node
-
-
 
 // fakeResolver is a workload.Resolver over a fixed map.
 type fakeResolver map[uint32]workload.Info
@@ -96,9 +94,12 @@ func newPoller(t testing.TB, lib gonvml.Interface) *nvmlpoll.Poller {
 
 // sources wires a poller, a store and a resolver as main does.
 func sources(p *nvmlpoll.Poller, store *allocstats.Store, r workload.Resolver) Sources {
-	src := Sources{NVML: p, NVMLHealth: p, Workload: r}
+	src := Sources{Join: attribution.Sources{NVML: p}, NVMLHealth: p}
 	if store != nil {
-		src.Allocator = store
+		src.Join.Allocator = store
+	}
+	if r != nil {
+		src.Join.Workload = r
 	}
 	return src
 }
@@ -237,4 +238,19 @@ func one(t testing.TB, samples []sample, name string, match ...string) float64 {
 		t.Fatalf("%s%v: %d series, want exactly 1", name, match, len(got))
 	}
 	return got[0].value
+}
+
+// mustFeed hands the store a stats message of pid (start time 1) as a
+// client would send it.
+func mustFeed(store *allocstats.Store, pid uint32, framework string, reports []allocstats.DeviceReport, now time.Time) {
+	if err := store.Feed(allocstats.Identity{PID: pid, StartTime: 1}, framework, reports, now); err != nil {
+		panic(err)
+	}
+}
+
+// mustFeedOOM hands the store an oom message of pid.
+func mustFeedOOM(store *allocstats.Store, pid uint32, uuid string, requested uint64, now time.Time) {
+	if _, err := store.FeedOOM(allocstats.Identity{PID: pid, StartTime: 1}, allocstats.OOMMessage{UUID: uuid, RequestedBytes: requested}, now); err != nil {
+		panic(err)
+	}
 }

@@ -40,7 +40,7 @@ func newProcessCollector(_ Sources, _ log.Logger) (Collector, error) {
 
 func (c *processCollector) Update(sc *Scrape, ch chan<- prometheus.Metric) error {
 	v := sc.View()
-	if v.Snapshot == nil {
+	if v.Snapshot == nil || len(v.Snapshot.Devices) == 0 {
 		return ErrNoData
 	}
 	rows := v.Rows

@@ -8,36 +8,17 @@ import (
 
 	"github.com/gpumem/gpumem_exporter/allocstats"
 	"github.com/gpumem/gpumem_exporter/nvmlpoll"
+	"github.com/gpumem/gpumem_exporter/simulate"
 )
 
 // simulatedNode wires the simulated node as main does: the simulator's
 // allocator state feeds a store before each poll.
-func simulatedNode(t testing.TB, processesPerGPU int) (*nvmlpoll.Poller, *nvmlpoll.Simulator, *allocstats.Store) {
+func simulatedNode(t testing.TB, processesPerGPU int) (*nvmlpoll.Poller, *simulate.Node, *allocstats.Store) {
 	t.Helper()
-	store := allocstats.NewStore(0)
-	sim := nvmlpoll.NewSimulator(nvmlpoll.SimConfig{Seed: 1, ProcessesPerGPU: processesPerGPU, OnStep: func(s nvmlpoll.SimStep) { feed(store, s) }})
+	store := allocstats.NewStore(time.Minute)
+	sim := simulate.New(simulate.Config{Seed: 1, ProcessesPerGPU: processesPerGPU, Sink: store})
 	p := nvmlpoll.NewPoller(nvmlpoll.Config{Lib: sim.Interface(), BeforePoll: sim.Step})
 	return p, sim, store
-}
-
-// feed hands one step's allocator state to the store, as clients would.
-func feed(store *allocstats.Store, s nvmlpoll.SimStep) {
-	now := time.Now()
-	for _, pid := range s.Exited {
-		store.Remove(pid)
-	}
-	for _, a := range s.Allocators {
-		r := allocstats.DeviceReport{
-			UUID: a.UUID, Reserved: a.Reserved,
-			Active: allocstats.Some(a.Active), Allocated: allocstats.Some(a.Allocated), InactiveSplit: allocstats.Some(a.InactiveSplit),
-			PeakReserved: allocstats.Some(a.PeakReserved), PeakActive: allocstats.Some(a.PeakActive),
-			AllocRetries: allocstats.Some(a.AllocRetries), OOMs: allocstats.Some(a.OOMs),
-		}
-		if a.Limit > 0 {
-			r.Limit = allocstats.Some(a.Limit)
-		}
-		store.ApplySynthetic(a.PID, "pytorch", []allocstats.DeviceReport{r}, now)
-	}
 }
 
 // TestSimulatedNodeMemoryAddsUp checks the gathered values, not the

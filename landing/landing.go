@@ -10,10 +10,8 @@ import (
 	"html/template"
 	"net/http"
 
-	"github.com/gpumem/gpumem_exporter/allocstats"
-	"github.com/gpumem/gpumem_exporter/collector"
-	"github.com/gpumem/gpumem_exporter/nvml"
-	"github.com/gpumem/gpumem_exporter/workload"
+	"github.com/gpumem/gpumem_exporter/attribution"
+	"github.com/gpumem/gpumem_exporter/oom"
 )
 
 //go:embed page.html
@@ -26,13 +24,11 @@ var page = template.Must(template.New("page.html").Funcs(template.FuncMap{
 
 // Config is what the page shows.
 type Config struct {
-	Name, Version, MetricsPath, Backend, Socket string
-	Snapshot                                    func() *nvml.Snapshot
-	NVMLUp                                      func() bool
-	Allocator                                   interface{ Processes() []allocstats.Process }
-	Reports                                     interface{ List() []allocstats.OOMReport }
-	// Workload names processes (comm, Kubernetes pod); optional.
-	Workload workload.Resolver
+	Name, Version, Revision, MetricsPath, Backend, Socket string
+	// Sources is the join the page reads, the same as /metrics.
+	Sources attribution.Sources
+	NVMLUp  func() bool
+	Reports interface{ List() []oom.Report }
 }
 
 // Handler serves the landing page at "/" and 404 elsewhere.
@@ -57,14 +53,14 @@ type ProcessView struct {
 	Reports                             bool
 	Context, Active, Inactive, Reserved uint64
 	Framework                           string
-	Labels                              allocstats.ProcessLabels // comm and pod, when known
+	Comm, Namespace, Pod, Container     string // when known
 }
 
 type data struct {
 	Config
 	Up      bool
 	GPUs    []GPUView
-	Reports []allocstats.OOMReport
+	Reports []oom.Report
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -76,14 +72,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.cfg.NVMLUp != nil {
 		d.Up = h.cfg.NVMLUp()
 	}
-	var procs []allocstats.Process
-	if h.cfg.Allocator != nil {
-		procs = h.cfg.Allocator.Processes()
-	}
-	if h.cfg.Snapshot != nil {
-		snap := h.cfg.Snapshot()
-		d.GPUs = split(snap, collector.Join(snap, procs, h.cfg.Workload))
-	}
+	d.GPUs = Split(h.cfg.Sources.Read())
 	if h.cfg.Reports != nil {
 		d.Reports = h.cfg.Reports.List()
 	}
@@ -98,17 +87,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // Split divides each device's memory into the spec's parts. A process that
 // reports allocator stats splits into context, active and inactive; one
-// that does not counts whole under NoStats.
-func Split(snap *nvml.Snapshot, procs []allocstats.Process) []GPUView {
-	return split(snap, collector.Join(snap, procs, nil))
-}
-
-// split reads the collectors' join, so that the page and /metrics agree.
-func split(snap *nvml.Snapshot, rows []collector.Holding) []GPUView {
+// that does not counts whole under NoStats. It reads the same join as the
+// collectors, so that the page and /metrics agree.
+func Split(v attribution.View) []GPUView {
+	snap, rows := v.Snapshot, v.Rows
 	if snap == nil {
 		return nil
 	}
-	byUUID := make(map[string][]*collector.Holding)
+	byUUID := make(map[string][]*attribution.Row)
 	for i := range rows {
 		if rows[i].NVML != nil {
 			byUUID[rows[i].UUID] = append(byUUID[rows[i].UUID], &rows[i])
@@ -124,7 +110,7 @@ func split(snap *nvml.Snapshot, rows []collector.Holding) []GPUView {
 			Free: d.Memory.Free, DriverReserved: d.Memory.Reserved, Unattributed: d.Unattributed()}
 		for _, r := range byUUID[d.UUID] {
 			pv := ProcessView{PID: r.PID, Used: r.NVML.UsedBytes,
-				Labels: allocstats.ProcessLabels{Comm: r.Comm, Namespace: r.Info.Namespace, Pod: r.Info.Pod, Container: r.Info.Container}}
+				Comm: r.Comm, Namespace: r.Info.Namespace, Pod: r.Info.Pod, Container: r.Info.Container}
 			if ctx, ok := r.Context(); ok {
 				a := r.Alloc
 				pv.Reports = true

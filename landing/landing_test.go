@@ -10,8 +10,28 @@ import (
 	"time"
 
 	"github.com/gpumem/gpumem_exporter/allocstats"
-	"github.com/gpumem/gpumem_exporter/nvml"
+	"github.com/gpumem/gpumem_exporter/attribution"
+	"github.com/gpumem/gpumem_exporter/nvmlpoll"
+	"github.com/gpumem/gpumem_exporter/oom"
 )
+
+type fixedSnapshot struct{ s *nvmlpoll.Snapshot }
+
+func (f fixedSnapshot) Snapshot() *nvmlpoll.Snapshot { return f.s }
+
+type fixedProcs []allocstats.Process
+
+func (f fixedProcs) Processes() []allocstats.Process { return f }
+
+func join(snap *nvmlpoll.Snapshot, procs []allocstats.Process) attribution.View {
+	return attribution.Sources{NVML: fixedSnapshot{snap}, Allocator: fixedProcs(procs)}.Read()
+}
+
+func mustFeed(store *allocstats.Store, pid uint32, framework string, reports []allocstats.DeviceReport, now time.Time) {
+	if err := store.Feed(allocstats.Identity{PID: pid, StartTime: 1}, framework, reports, now); err != nil {
+		panic(err)
+	}
+}
 
 const (
 	MiB = 1 << 20
@@ -27,21 +47,21 @@ func uuid(i int) string { return fmt.Sprintf("GPU-00000000-0000-4000-8000-%012d"
 // allocator) and pid 14 (1 GiB, reports reserved without an active split);
 // 3 GiB are unattributed. GPU 1 is in MIG mode (skipped), GPU 2 lost its
 // memory info (skipped), its MIG instance is GPU 1's.
-func splitSnapshot() (*nvml.Snapshot, []allocstats.Process) {
-	snap := &nvml.Snapshot{Devices: []nvml.Device{
-		{Index: 0, UUID: uuid(0), Name: "NVIDIA H200", MIGMode: nvml.MIGDisabled, HasMemory: true, HasProcesses: true,
-			Memory: nvml.Memory{Total: 100 * GiB, Reserved: 1 * GiB, Used: 30 * GiB, Free: 69 * GiB, HasReserved: true},
-			Processes: []nvml.Process{
+func splitSnapshot() (*nvmlpoll.Snapshot, []allocstats.Process) {
+	snap := &nvmlpoll.Snapshot{Devices: []nvmlpoll.Device{
+		{Index: 0, UUID: uuid(0), Name: "NVIDIA H200", MIGMode: nvmlpoll.MIGDisabled, HasMemory: true, HasProcesses: true,
+			Memory: nvmlpoll.Memory{Total: 100 * GiB, Reserved: 1 * GiB, Used: 30 * GiB, Free: 69 * GiB, HasReserved: true},
+			Processes: []nvmlpoll.Process{
 				{PID: 10, HasUsed: true, UsedBytes: 12 * GiB},
 				{PID: 11, HasUsed: true, UsedBytes: 8 * GiB},
 				{PID: 12, HasUsed: true, UsedBytes: 4 * GiB},
 				{PID: 13, HasUsed: true, UsedBytes: 2 * GiB},
 				{PID: 14, HasUsed: true, UsedBytes: 1 * GiB},
 			}},
-		{Index: 1, UUID: uuid(1), MIGMode: nvml.MIGEnabled},
+		{Index: 1, UUID: uuid(1), MIGMode: nvmlpoll.MIGEnabled},
 		{Index: 1, UUID: "MIG-00000000-0000-4000-9000-000000000001", ParentUUID: uuid(1), HasMemory: true, HasProcesses: true,
-			Memory: nvml.Memory{Total: 20 * GiB, Used: 0, Free: 20 * GiB, HasReserved: true}},
-		{Index: 2, UUID: uuid(2), MIGMode: nvml.MIGDisabled, HasProcesses: true},
+			Memory: nvmlpoll.Memory{Total: 20 * GiB, Used: 0, Free: 20 * GiB, HasReserved: true}},
+		{Index: 2, UUID: uuid(2), MIGMode: nvmlpoll.MIGDisabled, HasProcesses: true},
 	}}
 	procs := []allocstats.Process{
 		{PID: 10, Framework: "pytorch", Devices: []allocstats.DeviceStats{{UUID: uuid(0), HasStats: true, Reserved: 10 * GiB, Active: allocstats.Some(7 * GiB)}}},
@@ -54,7 +74,7 @@ func splitSnapshot() (*nvml.Snapshot, []allocstats.Process) {
 
 func TestSplitDividesEachGPUsMemory(t *testing.T) {
 	snap, procs := splitSnapshot()
-	views := Split(snap, procs)
+	views := Split(join(snap, procs))
 	if len(views) != 2 {
 		t.Fatalf("Split gave %d views, want 2 (GPU 0 and the MIG instance; not the MIG parent, not the GPU without memory info)", len(views))
 	}
@@ -105,14 +125,14 @@ func TestSplitDividesEachGPUsMemory(t *testing.T) {
 }
 
 func TestSplitWithoutSnapshot(t *testing.T) {
-	if v := Split(nil, nil); v != nil {
+	if v := Split(join(nil, nil)); v != nil {
 		t.Errorf("Split(nil) = %v, want nil", v)
 	}
 }
 
-type fakeReports []allocstats.OOMReport
+type fakeReports []oom.Report
 
-func (r fakeReports) List() []allocstats.OOMReport { return r }
+func (r fakeReports) List() []oom.Report { return r }
 
 func serve(h http.Handler, path string) *httptest.ResponseRecorder {
 	rec := httptest.NewRecorder()
@@ -126,15 +146,14 @@ func TestServeHTTPRendersTheGPUBars(t *testing.T) {
 	for _, p := range procs {
 		for _, d := range p.Devices {
 			if d.HasStats {
-				store.ApplySynthetic(p.PID, p.Framework, []allocstats.DeviceReport{{UUID: d.UUID, Reserved: d.Reserved, Active: d.Active}}, time.Now())
+				mustFeed(store, p.PID, p.Framework, []allocstats.DeviceReport{{UUID: d.UUID, Reserved: d.Reserved, Active: d.Active}}, time.Now())
 			}
 		}
 	}
 	h := New(Config{
 		Name: "gpumem_exporter", Version: "v1.2.3", MetricsPath: "/metrics", Backend: "simulated", Socket: "/run/gpumem/allocstats.sock",
-		Snapshot:  func() *nvml.Snapshot { return snap },
-		NVMLUp:    func() bool { return true },
-		Allocator: store,
+		Sources: attribution.Sources{NVML: fixedSnapshot{snap}, Allocator: store},
+		NVMLUp:  func() bool { return true },
 		Reports: fakeReports{{Time: time.Unix(1_750_000_000, 0), GPU: "0", UUID: uuid(0), PID: 10, Comm: "python3",
 			Namespace: "ml", Pod: "train-0", RequestedBytes: 916 * MiB}},
 	})

@@ -45,6 +45,7 @@ type Poller struct {
 	snapshot atomic.Pointer[Snapshot]
 	up       atomic.Bool
 	ready    atomic.Bool
+	polled   atomic.Bool
 
 	// Owned by the poll goroutine.
 	initialised bool
@@ -126,6 +127,10 @@ func (p *Poller) Up() bool {
 // StaleAfter is how old the last snapshot may be before NVML counts as
 // down: three poll intervals and five seconds.
 func (p *Poller) StaleAfter() time.Duration { return 3*p.cfg.Interval + 5*time.Second }
+
+// Polled reports whether a poll has been attempted and published, with
+// or without success.
+func (p *Poller) Polled() bool { return p.polled.Load() }
 
 // Ready reports whether one poll has succeeded.
 func (p *Poller) Ready() bool { return p.ready.Load() }
@@ -282,6 +287,7 @@ func (p *Poller) Poll() (err error) {
 }
 
 func (p *Poller) publish(s *Snapshot) {
+	p.polled.Store(true)
 	p.snapshot.Store(s)
 	for _, hook := range p.cfg.OnPoll {
 		hook(s)

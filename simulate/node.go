@@ -59,11 +59,9 @@ type Sink interface {
 type Config struct {
 	ProcessesPerGPU int
 	Seed            int64
-	// Sink receives the allocator state after each step; OnOOM each OOM
-	// event the sink recorded. Either may be nil.
-	Sink  Sink
-	OnOOM func(allocstats.OOMEvent)
-	Now   func() time.Time
+	// Sink receives the allocator state after each step; may be nil.
+	Sink Sink
+	Now  func() time.Time
 }
 
 // oomEvent is an out-of-memory event of a simulated process.
@@ -271,12 +269,9 @@ func (s *Node) Step() {
 		_ = s.cfg.Sink.Feed(r.id, "pytorch", []allocstats.DeviceReport{r.dev}, now)
 	}
 	for _, o := range ooms {
-		ev, err := s.cfg.Sink.FeedOOM(allocstats.Identity{PID: o.pid, StartTime: startTime(o.pid)}, allocstats.OOMMessage{
+		_, _ = s.cfg.Sink.FeedOOM(allocstats.Identity{PID: o.pid, StartTime: startTime(o.pid)}, allocstats.OOMMessage{
 			UUID: o.uuid, RequestedBytes: o.requested, LimitBytes: allocstats.Some(o.limit), FreeBytes: allocstats.Some(o.free),
 		}, now)
-		if err == nil && s.cfg.OnOOM != nil {
-			s.cfg.OnOOM(ev)
-		}
 	}
 }
 

@@ -133,7 +133,6 @@ func TestSimulatedUUIDsArePinned(t *testing.T) {
 	}
 }
 
-
 func TestAliveKnowsOnlyTheNodesPids(t *testing.T) {
 	sim := New(Config{ProcessesPerGPU: 1})
 	p := newPoller(sim)

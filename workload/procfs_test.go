@@ -2,53 +2,23 @@ package workload
 
 import (
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
 	"testing"
+
+	"github.com/gpumem/gpumem_exporter/internal/procfixture"
 )
 
 // fakeProcess is one process of a fixture procfs tree.
-type fakeProcess struct {
-	comm   string
-	start  uint64
-	uid    string
-	cgroup string
-}
+type fakeProcess = procfixture.Process
 
-// statLine is /proc/<pid>/stat as Linux writes it, with the start time as
-// field 22.
-func statLine(pid uint32, comm string, start uint64) string {
-	return fmt.Sprintf("%d (%s) S 1 %d %d 0 -1 4194560 12345 0 3 0 100 50 0 0 20 0 8 0 %d 123456789 4096 18446744073709551615 1 1 0 0 0 0 0 16781312 17642 0 0 0 17 3 0 0 0 0 0\n",
-		pid, comm, pid, pid, start)
-}
-
-func statusFile(comm, uid string) string {
-	return fmt.Sprintf("Name:\t%s\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t42\nNgid:\t0\nPid:\t42\nPPid:\t1\nTracerPid:\t0\nUid:\t%s\t%s\t%s\t%s\nGid:\t1000\t1000\t1000\t1000\nFDSize:\t256\n",
-		comm, uid, uid, uid, uid)
-}
-
-// writeProcess writes /proc/<pid>/{stat,comm,status,cgroup} under dir.
-func writeProcess(t *testing.T, dir string, pid uint32, p fakeProcess) {
-	t.Helper()
-	pidDir := filepath.Join(dir, strconv.FormatUint(uint64(pid), 10))
-	if err := os.MkdirAll(pidDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	files := map[string]string{
-		"stat":   statLine(pid, p.comm, p.start),
-		"comm":   p.comm + "\n",
-		"status": statusFile(p.comm, p.uid),
-		"cgroup": p.cgroup,
-	}
-	for name, content := range files {
-		if err := os.WriteFile(filepath.Join(pidDir, name), []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
+var (
+	statLine     = procfixture.StatLine
+	statusFile   = procfixture.StatusFile
+	writeProcess = func(t *testing.T, dir string, pid uint32, p fakeProcess) { procfixture.Write(t, dir, pid, p) }
+)
 
 func writeProcFile(t *testing.T, dir string, pid uint32, name, content string) {
 	t.Helper()

@@ -61,7 +61,7 @@ func (r *ProcResolver) cachedCount() int { return len(*r.cache.Load()) }
 
 func TestResolverReadsProcessOnFirstRefresh(t *testing.T) {
 	dir := t.TempDir()
-	writeProcess(t, dir, 100, fakeProcess{comm: "python3", start: 5000, uid: "1000", cgroup: "0::/system.slice/docker-" + idD + ".scope\n"})
+	writeProcess(t, dir, 100, fakeProcess{Comm: "python3", Start: 5000, UID: "1000", Cgroup: "0::/system.slice/docker-" + idD + ".scope\n"})
 	r, _ := newTestResolver(t, dir, nil)
 
 	if _, ok := r.Lookup(100); ok {
@@ -77,7 +77,7 @@ func TestResolverReadsProcessOnFirstRefresh(t *testing.T) {
 
 func TestResolverLookupServesFromCacheWithoutProc(t *testing.T) {
 	dir := t.TempDir()
-	writeProcess(t, dir, 100, fakeProcess{comm: "python3", start: 5000, uid: "1000", cgroup: "0::/\n"})
+	writeProcess(t, dir, 100, fakeProcess{Comm: "python3", Start: 5000, UID: "1000", Cgroup: "0::/\n"})
 	r, _ := newTestResolver(t, dir, nil)
 	r.Refresh([]uint32{100})
 
@@ -91,7 +91,7 @@ func TestResolverLookupServesFromCacheWithoutProc(t *testing.T) {
 
 func TestResolverRereadsOnlyWhenStartTimeChanges(t *testing.T) {
 	dir := t.TempDir()
-	writeProcess(t, dir, 100, fakeProcess{comm: "python3", start: 5000, uid: "1000", cgroup: "0::/\n"})
+	writeProcess(t, dir, 100, fakeProcess{Comm: "python3", Start: 5000, UID: "1000", Cgroup: "0::/\n"})
 	r, _ := newTestResolver(t, dir, nil)
 	r.Refresh([]uint32{100})
 
@@ -104,7 +104,7 @@ func TestResolverRereadsOnlyWhenStartTimeChanges(t *testing.T) {
 	}
 
 	// The pid is reused by another process.
-	writeProcess(t, dir, 100, fakeProcess{comm: "bash", start: 9000, uid: "0", cgroup: "0::/user.slice/user-0.slice/session-1.scope\n"})
+	writeProcess(t, dir, 100, fakeProcess{Comm: "bash", Start: 9000, UID: "0", Cgroup: "0::/user.slice/user-0.slice/session-1.scope\n"})
 	r.Refresh([]uint32{100})
 	got, _ := r.Lookup(100)
 	if got.Comm != "bash" || got.StartTime != 9000 || got.UID != "0" {
@@ -115,7 +115,7 @@ func TestResolverRereadsOnlyWhenStartTimeChanges(t *testing.T) {
 func TestResolverForgetsPidsNotListed(t *testing.T) {
 	dir := t.TempDir()
 	for _, pid := range []uint32{100, 200} {
-		writeProcess(t, dir, pid, fakeProcess{comm: "python3", start: 1, uid: "1000", cgroup: "0::/\n"})
+		writeProcess(t, dir, pid, fakeProcess{Comm: "python3", Start: 1, UID: "1000", Cgroup: "0::/\n"})
 	}
 	r, _ := newTestResolver(t, dir, nil)
 	r.Refresh([]uint32{100, 200, 100})
@@ -149,7 +149,7 @@ func TestResolverKeepsNegativeEntryForVanishedPid(t *testing.T) {
 
 	// It comes back (NVML listed it before /proc had it): the next
 	// Refresh resolves it.
-	writeProcess(t, dir, 300, fakeProcess{comm: "python3", start: 1, uid: "1000", cgroup: "0::/\n"})
+	writeProcess(t, dir, 300, fakeProcess{Comm: "python3", Start: 1, UID: "1000", Cgroup: "0::/\n"})
 	r.Refresh([]uint32{300})
 	if got, _ := r.Lookup(300); got.Comm != "python3" {
 		t.Errorf("after the pid appeared: Comm = %q, want python3", got.Comm)
@@ -158,7 +158,7 @@ func TestResolverKeepsNegativeEntryForVanishedPid(t *testing.T) {
 
 func TestResolverKeepsWhatItCouldRead(t *testing.T) {
 	dir := t.TempDir()
-	writeProcess(t, dir, 100, fakeProcess{comm: "python3", start: 5, uid: "1000", cgroup: "0::/system.slice/slurmstepd.scope/job_7/step_0/user/task_0\n"})
+	writeProcess(t, dir, 100, fakeProcess{Comm: "python3", Start: 5, UID: "1000", Cgroup: "0::/system.slice/slurmstepd.scope/job_7/step_0/user/task_0\n"})
 	writeProcFile(t, dir, 100, "status", "Name:\tpython3\n") // no Uid: line
 	r, logs := newTestResolver(t, dir, nil)
 	r.Refresh([]uint32{100})
@@ -173,8 +173,8 @@ func TestResolverKeepsWhatItCouldRead(t *testing.T) {
 
 func TestResolverNamesKubernetesObjectsAtLookup(t *testing.T) {
 	dir := t.TempDir()
-	writeProcess(t, dir, 100, fakeProcess{comm: "python3", start: 5, uid: "1000",
-		cgroup: "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + podUSlice + ".slice/cri-containerd-" + idA + ".scope\n"})
+	writeProcess(t, dir, 100, fakeProcess{Comm: "python3", Start: 5, UID: "1000",
+		Cgroup: "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + podUSlice + ".slice/cri-containerd-" + idA + ".scope\n"})
 	pods := &mapPods{pods: map[string][2]string{}, containers: map[string]string{}}
 	r, _ := newTestResolver(t, dir, pods)
 	r.Refresh([]uint32{100})
@@ -193,18 +193,6 @@ func TestResolverNamesKubernetesObjectsAtLookup(t *testing.T) {
 	got, _ = r.Lookup(100)
 	if got.Namespace != "ml" || got.Pod != "trainer-0" || got.Container != "pytorch" {
 		t.Errorf("after the pod is known: %+v; want ml/trainer-0/pytorch", got)
-	}
-}
-
-func TestResolverTypedNilPodInformerIsSafe(t *testing.T) {
-	dir := t.TempDir()
-	writeProcess(t, dir, 100, fakeProcess{comm: "python3", start: 5, uid: "1000",
-		cgroup: "0::/kubepods/burstable/pod" + podU + "/" + idA + "\n"})
-	var informer *PodInformer // what a caller has when Kubernetes is off
-	r, _ := newTestResolver(t, dir, informer)
-	r.Refresh([]uint32{100})
-	if got, ok := r.Lookup(100); !ok || got.Pod != "" {
-		t.Errorf("Lookup with a nil *PodInformer = %+v, %v", got, ok)
 	}
 }
 
@@ -231,8 +219,8 @@ func TestResolverConcurrentRefreshAndLookup(t *testing.T) {
 	dir := t.TempDir()
 	pids := []uint32{1, 2, 3, 4, 5, 6, 7, 8}
 	for _, pid := range pids {
-		writeProcess(t, dir, pid, fakeProcess{comm: "python3", start: 1, uid: "1000",
-			cgroup: "0::/kubepods/burstable/pod" + podU + "/" + idA + "\n"})
+		writeProcess(t, dir, pid, fakeProcess{Comm: "python3", Start: 1, UID: "1000",
+			Cgroup: "0::/kubepods/burstable/pod" + podU + "/" + idA + "\n"})
 	}
 	pods := &mapPods{pods: map[string][2]string{podU: {"ml", "trainer-0"}}, containers: map[string]string{idA: "pytorch"}}
 	r, _ := newTestResolver(t, dir, pods)

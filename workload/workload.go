@@ -29,3 +29,13 @@ type Resolver interface {
 	// Lookup returns the cached Info of pid. It never reads /proc.
 	Lookup(pid uint32) (Info, bool)
 }
+
+// PodLookup names the Kubernetes objects that cgroup IDs point to.
+// Implementations answer from memory and never block on the API server.
+type PodLookup interface {
+	// Pod returns the namespace and name of the pod with this UID.
+	Pod(podUID string) (namespace, name string, ok bool)
+	// Container returns the name of the container with this runtime ID
+	// (the hex ID, without a "containerd://" scheme).
+	Container(containerID string) (name string, ok bool)
+}

@@ -1,4 +1,4 @@
-package workload
+package pods
 
 import (
 	"context"
@@ -7,7 +7,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gpumem/gpumem_exporter/workload"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -24,6 +25,33 @@ import (
 )
 
 const testNode = "gpu-node-1"
+
+// Fixture IDs, as in the workload package's cgroup tests.
+const (
+	idA       = "ca978112ca1bbdcafac231b39a23dc4da786eff8147c4e72b9807785afee48bb"
+	idB       = "3e23e8160039594a33894f6564e1b1348bbd7a0088d42c4acb73eeaed59c009d"
+	idC       = "2e7d2c03a9507ae265ecf5b5356885a53393a2029d241394997265a1a25aefc6"
+	idD       = "18ac3e7343f016890c510e93f935261169d9e3f565436429830faf0934f4f8e4"
+	idE       = "3f79bb7b435b05321651daefd374cdc681dc06faa65e374e38337b88ca046dea"
+	idF       = "252f10c83610ebca1a059c0bae8255eba2f95be4d1d7bcfa89d7248a82d9f111"
+	idG       = "cd0aa9856147b6c5b4ff2b7dfee5da20aa38253099ef1b4a64aced233c9afe29"
+	podU      = "1b2c3d4e-5f60-4a7b-8c9d-0e1f2a3b4c5d"
+	podV      = "e00dcbd6-facc-5d2d-9da1-eee11a20fe71"
+	podStatic = "a81259cef8e959c624df1d456e5d3297"
+)
+
+// A nil *Informer is what a caller holds when Kubernetes is off; as a
+// workload.PodLookup it must know nothing rather than panic.
+func TestNilInformerKnowsNoPods(t *testing.T) {
+	var p *Informer
+	var lookup workload.PodLookup = p
+	if _, _, ok := lookup.Pod(podU); ok {
+		t.Error("a nil informer knows a pod")
+	}
+	if _, ok := lookup.Container(idA); ok {
+		t.Error("a nil informer knows a container")
+	}
+}
 
 // podOption changes a test pod.
 type podOption func(*corev1.Pod)
@@ -69,14 +97,15 @@ func newPod(namespace, name, uid string, opts ...podOption) *corev1.Pod {
 	return p
 }
 
-// startInformer runs a PodInformer on client and waits for its first list.
-func startInformer(t *testing.T, client *fake.Clientset) (*PodInformer, *prometheus.Registry) {
+// startInformer runs a Informer on client and waits for its first list.
+func startInformer(t *testing.T, client *fake.Clientset) (*Informer, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	p := NewPodInformer(client, testNode, log.NewNopLogger(), reg)
+	p := New(testNode, log.NewNopLogger())
+	reg.MustRegister(p)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	p.Run(ctx)
+	p.Run(ctx, client)
 	waitFor(t, "the pod watch to sync", p.HasSynced)
 	return p, reg
 }
@@ -93,11 +122,11 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func podKnown(p *PodInformer, uid string) func() bool {
+func podKnown(p *Informer, uid string) func() bool {
 	return func() bool { _, _, ok := p.Pod(uid); return ok }
 }
 
-func TestPodInformerMapsPodsAndContainers(t *testing.T) {
+func TestInformerMapsPodsAndContainers(t *testing.T) {
 	client := fake.NewClientset(
 		newPod("ml", "trainer-0", podU,
 			withInitContainers(status("fetch-weights", "containerd://"+idB)),
@@ -133,7 +162,7 @@ func TestPodInformerMapsPodsAndContainers(t *testing.T) {
 	}
 }
 
-func TestPodInformerFollowsUpdatesAndDeletes(t *testing.T) {
+func TestInformerFollowsUpdatesAndDeletes(t *testing.T) {
 	ctx := context.Background()
 	client := fake.NewClientset(newPod("ml", "trainer-0", podU, withContainers(status("pytorch", "containerd://"+idA))))
 	p, _ := startInformer(t, client)
@@ -164,8 +193,8 @@ func TestPodInformerFollowsUpdatesAndDeletes(t *testing.T) {
 	waitFor(t, "gpumem_kubernetes_pods to be 1", func() bool { return testutil.ToFloat64(p.podsGauge) == 1 })
 }
 
-func TestPodInformerDeleteTombstone(t *testing.T) {
-	p := NewPodInformer(fake.NewClientset(), testNode, log.NewNopLogger(), nil)
+func TestInformerDeleteTombstone(t *testing.T) {
+	p := New(testNode, log.NewNopLogger())
 	pod := newPod("ml", "trainer-0", podU, withContainers(status("pytorch", "containerd://"+idA)))
 	p.upsert(pod)
 	if !podKnown(p, podU)() {
@@ -184,7 +213,7 @@ func TestPodInformerDeleteTombstone(t *testing.T) {
 	p.delete(cache.DeletedFinalStateUnknown{Key: "x", Obj: 42})
 }
 
-func TestPodInformerStaticPodFoundByMirror(t *testing.T) {
+func TestInformerStaticPodFoundByMirror(t *testing.T) {
 	const mirrorUID = "0bd1a01d-44b5-5859-9c79-d5e33a584f0a"
 	client := fake.NewClientset(newPod("kube-system", "gpu-probe-"+testNode, mirrorUID,
 		mirrorOf(podStatic), withContainers(status("probe", "containerd://"+idA))))
@@ -195,23 +224,23 @@ func TestPodInformerStaticPodFoundByMirror(t *testing.T) {
 	}
 }
 
-func TestPodInformerIgnoresPodsOfOtherNodes(t *testing.T) {
-	p := NewPodInformer(fake.NewClientset(), testNode, log.NewNopLogger(), nil)
+func TestInformerIgnoresPodsOfOtherNodes(t *testing.T) {
+	p := New(testNode, log.NewNopLogger())
 	p.upsert(newPod("ml", "elsewhere", podU, onNode("other-node")))
 	if podKnown(p, podU)() {
 		t.Error("a pod of another node was taken")
 	}
 }
 
-func TestPodInformerCountsAPIErrors(t *testing.T) {
+func TestInformerCountsAPIErrors(t *testing.T) {
 	client := fake.NewClientset()
 	client.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, errors.New("connection refused")
 	})
-	p := NewPodInformer(client, testNode, log.NewNopLogger(), prometheus.NewRegistry())
+	p := New(testNode, log.NewNopLogger())
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	p.Run(ctx)
+	p.Run(ctx, client)
 	waitFor(t, "gpumem_kubernetes_errors_total to count the failed list", func() bool {
 		return testutil.ToFloat64(p.errors) >= 1
 	})
@@ -220,7 +249,7 @@ func TestPodInformerCountsAPIErrors(t *testing.T) {
 	}
 }
 
-func TestPodInformerLookupsBeforeSyncDoNotBlock(t *testing.T) {
+func TestInformerLookupsBeforeSyncDoNotBlock(t *testing.T) {
 	client := fake.NewClientset(newPod("ml", "trainer-0", podU, withContainers(status("pytorch", "containerd://"+idA))))
 	release := make(chan struct{})
 	client.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
@@ -228,7 +257,7 @@ func TestPodInformerLookupsBeforeSyncDoNotBlock(t *testing.T) {
 		return false, nil, nil
 	})
 	defer close(release)
-	p := NewPodInformer(client, testNode, log.NewNopLogger(), nil)
+	p := New(testNode, log.NewNopLogger())
 
 	// Before Run, and while the first list hangs.
 	check := func(when string) {
@@ -252,7 +281,7 @@ func TestPodInformerLookupsBeforeSyncDoNotBlock(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	start := time.Now()
-	p.Run(ctx)
+	p.Run(ctx, client)
 	if d := time.Since(start); d > time.Second {
 		t.Errorf("Run blocked for %v", d)
 	}
@@ -371,20 +400,12 @@ func TestAnAPIServerThatFailsIsCounted(t *testing.T) {
 	gone.Close() // connection refused
 	for name, server := range map[string]string{"503": unavailable.URL, "no answer": gone.URL} {
 		t.Run(name, func(t *testing.T) {
-			var inf atomic.Pointer[PodInformer]
-			client, ok, err := NewClient(writeKubeconfig(t, server), func(err error) {
-				if p := inf.Load(); p != nil {
-					p.RequestFailed(err)
-				}
-			})
-			if err != nil || !ok {
-				t.Fatalf("NewClient: %v, %v", ok, err)
-			}
-			p := NewPodInformer(client, "node-1", log.NewNopLogger(), prometheus.NewRegistry())
-			inf.Store(p)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			p.Run(ctx)
+			p, err := Start(ctx, Config{Kubeconfig: writeKubeconfig(t, server), NodeName: "node-1"}, log.NewNopLogger())
+			if err != nil || p == nil {
+				t.Fatalf("Start: %v, %v", p, err)
+			}
 			waitFor(t, "gpumem_kubernetes_errors_total to count the failing API server", func() bool {
 				return testutil.ToFloat64(p.errors) >= 1
 			})

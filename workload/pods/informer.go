@@ -1,4 +1,7 @@
-package workload
+// Package pods watches the pods of this node on the Kubernetes API server,
+// so that the workload resolver can name the pod and container of a
+// process from the IDs in its cgroup.
+package pods
 
 import (
 	"context"
@@ -10,11 +13,15 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-kit/log"
 	"github.com/go-kit/log/level"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpumem/gpumem_exporter/internal/ratelog"
+	"github.com/gpumem/gpumem_exporter/workload"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,26 +33,16 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 )
 
-// PodLookup names the Kubernetes objects that cgroup IDs point to.
-// Implementations answer from memory and never block on the API server.
-type PodLookup interface {
-	// Pod returns the namespace and name of the pod with this UID.
-	Pod(podUID string) (namespace, name string, ok bool)
-	// Container returns the name of the container with this runtime ID
-	// (the hex ID, without a "containerd://" scheme).
-	Container(containerID string) (name string, ok bool)
-}
-
 // mirrorAnnotation holds, on the mirror pod of a static pod, the UID that
 // the kubelet gave the static pod and uses in its cgroup names.
 const mirrorAnnotation = "kubernetes.io/config.mirror"
 
-// PodInformer is a PodLookup fed by a watch on the pods of one node.
-type PodInformer struct {
+// Informer is a PodLookup fed by a watch on the pods of one node.
+type Informer struct {
 	nodeName string
 	logger   log.Logger
 	factory  informers.SharedInformerFactory
-	informer cache.SharedIndexInformer
+	synced   atomic.Pointer[cache.SharedIndexInformer] // set by Run
 
 	mu         sync.RWMutex
 	pods       map[string]podRecord      // pod UID -> pod
@@ -55,8 +52,7 @@ type PodInformer struct {
 	podsGauge prometheus.Gauge
 	errors    prometheus.Counter
 
-	warnMu   sync.Mutex
-	lastWarn time.Time // last RequestFailed logged at warn
+	warnings *ratelog.Limiter // of RequestFailed
 }
 
 type podRecord struct {
@@ -69,86 +65,83 @@ type containerOwner struct {
 	podUID, name string
 }
 
-var _ PodLookup = (*PodInformer)(nil)
+var _ workload.PodLookup = (*Informer)(nil)
 
-// NewPodInformer prepares a watch on the pods scheduled to nodeName. It
-// does not contact the API server: Run starts the watch. Its metrics,
-// gpumem_kubernetes_pods and gpumem_kubernetes_errors_total, are
-// registered on reg when reg is not nil.
-func NewPodInformer(client kubernetes.Interface, nodeName string, logger log.Logger, reg prometheus.Registerer) *PodInformer {
+// New prepares a watch on the pods scheduled to nodeName. It does not
+// contact the API server: Run starts the watch. It is a
+// prometheus.Collector of gpumem_kubernetes_pods and
+// gpumem_kubernetes_errors_total.
+func New(nodeName string, logger log.Logger) *Informer {
 	if logger == nil {
 		logger = log.NewNopLogger()
 	}
-	p := &PodInformer{
+	p := &Informer{
 		nodeName:   nodeName,
 		logger:     logger,
 		pods:       map[string]podRecord{},
 		aliases:    map[string]string{},
 		containers: map[string]containerOwner{},
 		podsGauge: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "gpumem_kubernetes_pods",
+			Name: prometheus.BuildFQName("gpumem", "kubernetes", "pods"),
 			Help: "Pods on this node known to the exporter's pod watch.",
 		}),
 		errors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "gpumem_kubernetes_errors_total",
+			Name: prometheus.BuildFQName("gpumem", "kubernetes", "errors_total"),
 			Help: "Errors listing or watching pods on the Kubernetes API server.",
 		}),
+		warnings: ratelog.New(1, time.Minute),
 	}
 	if nodeName == "" {
 		level.Warn(p.logger).Log("msg", "no node name: the pod watch would see only unscheduled pods; set --kubernetes.node-name or NODE_NAME")
 	}
-	p.podsGauge = registerOrExisting(reg, p.podsGauge, p.logger)
-	p.errors = registerOrExisting(reg, p.errors, p.logger)
+	return p
+}
 
+// Describe implements prometheus.Collector.
+func (p *Informer) Describe(ch chan<- *prometheus.Desc) {
+	p.podsGauge.Describe(ch)
+	p.errors.Describe(ch)
+}
+
+// Collect implements prometheus.Collector.
+func (p *Informer) Collect(ch chan<- prometheus.Metric) {
+	p.podsGauge.Collect(ch)
+	p.errors.Collect(ch)
+}
+
+// watch builds the informer on client; Run calls it.
+func (p *Informer) watch(client kubernetes.Interface) cache.SharedIndexInformer {
 	// The node's pods only: a field selector on spec.nodeName, as the
 	// kubelet itself watches. This needs list/watch on pods cluster-wide.
-	selector := fields.OneTermEqualSelector("spec.nodeName", nodeName).String()
+	selector := fields.OneTermEqualSelector("spec.nodeName", p.nodeName).String()
 	p.factory = informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = selector }))
-	p.informer = p.factory.Core().V1().Pods().Informer()
-
-	if err := p.informer.SetTransform(trimPod); err != nil {
+	inf := p.factory.Core().V1().Pods().Informer()
+	if err := inf.SetTransform(trimPod); err != nil {
 		level.Warn(p.logger).Log("msg", "cannot trim cached pods", "err", err)
 	}
-	if err := p.informer.SetWatchErrorHandler(p.watchError); err != nil {
+	if err := inf.SetWatchErrorHandler(p.watchError); err != nil {
 		level.Warn(p.logger).Log("msg", "cannot count watch errors", "err", err)
 	}
-	if _, err := p.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { p.upsert(obj) },
 		UpdateFunc: func(_, obj any) { p.upsert(obj) },
 		DeleteFunc: p.delete,
 	}); err != nil {
 		level.Error(p.logger).Log("msg", "cannot follow pod events; pod names will be missing", "err", err)
 	}
-	return p
+	return inf
 }
 
-// registerOrExisting registers c on reg, or returns the collector already
-// registered under the same name.
-func registerOrExisting[C prometheus.Collector](reg prometheus.Registerer, c C, logger log.Logger) C {
-	if reg == nil {
-		return c
-	}
-	err := reg.Register(c)
-	if err == nil {
-		return c
-	}
-	var are prometheus.AlreadyRegisteredError
-	if errors.As(err, &are) {
-		if existing, ok := are.ExistingCollector.(C); ok {
-			return existing
-		}
-	}
-	level.Warn(logger).Log("msg", "cannot register metric", "err", err)
-	return c
-}
-
-// Run starts the watch in the background and returns at once; it stops
-// when ctx ends. Lookups answer from what has arrived so far.
-func (p *PodInformer) Run(ctx context.Context) {
+// Run starts the watch on client in the background and returns at once;
+// it stops when ctx ends. Lookups answer from what has arrived so far.
+// Call it once.
+func (p *Informer) Run(ctx context.Context, client kubernetes.Interface) {
+	inf := p.watch(client)
+	p.synced.Store(&inf)
 	p.factory.Start(ctx.Done())
 	go func() {
-		if cache.WaitForCacheSync(ctx.Done(), p.informer.HasSynced) {
+		if cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 			level.Info(p.logger).Log("msg", "pod watch synced", "node", p.nodeName, "pods", p.podCount())
 		}
 	}()
@@ -159,13 +152,14 @@ func (p *PodInformer) Run(ctx context.Context) {
 }
 
 // HasSynced reports whether the first list of the node's pods has arrived.
-func (p *PodInformer) HasSynced() bool {
-	return p.informer.HasSynced()
+func (p *Informer) HasSynced() bool {
+	inf := p.synced.Load()
+	return inf != nil && (*inf).HasSynced()
 }
 
-// Pod implements PodLookup; a nil *PodInformer knows no pods. The UID of a static pod (as the kubelet names
+// Pod implements PodLookup; a nil *Informer knows no pods. The UID of a static pod (as the kubelet names
 // its cgroup) finds its mirror pod.
-func (p *PodInformer) Pod(podUID string) (namespace, name string, ok bool) {
+func (p *Informer) Pod(podUID string) (namespace, name string, ok bool) {
 	if p == nil {
 		return "", "", false
 	}
@@ -183,7 +177,7 @@ func (p *PodInformer) Pod(podUID string) (namespace, name string, ok bool) {
 }
 
 // Container implements PodLookup.
-func (p *PodInformer) Container(containerID string) (string, bool) {
+func (p *Informer) Container(containerID string) (string, bool) {
 	if p == nil {
 		return "", false
 	}
@@ -193,13 +187,13 @@ func (p *PodInformer) Container(containerID string) (string, bool) {
 	return c.name, ok
 }
 
-func (p *PodInformer) podCount() int {
+func (p *Informer) podCount() int {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	return len(p.pods)
 }
 
-func (p *PodInformer) upsert(obj any) {
+func (p *Informer) upsert(obj any) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
 		level.Debug(p.logger).Log("msg", "ignoring unexpected object", "type", fmt.Sprintf("%T", obj))
@@ -242,7 +236,7 @@ func (p *PodInformer) upsert(obj any) {
 	p.podsGauge.Set(float64(len(p.pods)))
 }
 
-func (p *PodInformer) delete(obj any) {
+func (p *Informer) delete(obj any) {
 	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = tombstone.Obj
 	}
@@ -258,7 +252,7 @@ func (p *PodInformer) delete(obj any) {
 }
 
 // removeLocked forgets the pod with this UID and its containers.
-func (p *PodInformer) removeLocked(uid string) {
+func (p *Informer) removeLocked(uid string) {
 	rec, ok := p.pods[uid]
 	if !ok {
 		return
@@ -277,7 +271,7 @@ func (p *PodInformer) removeLocked(uid string) {
 // watchError counts a failed list or watch. The informer retries by
 // itself with backoff; a watch closed cleanly or expired is routine. A
 // failed request to the API server was counted already, by RequestFailed.
-func (p *PodInformer) watchError(_ *cache.Reflector, err error) {
+func (p *Informer) watchError(_ *cache.Reflector, err error) {
 	switch {
 	case errors.Is(err, io.EOF):
 		level.Debug(p.logger).Log("msg", "pod watch closed", "err", err)
@@ -292,22 +286,10 @@ func (p *PodInformer) watchError(_ *cache.Reflector, err error) {
 }
 
 // RequestFailed counts a failed request to the API server (see NewClient).
-// The first failure after a quiet minute is logged at warn, the rest at
-// debug, since the informer retries every few seconds while it lasts.
-func (p *PodInformer) RequestFailed(err error) {
+// One failure a minute is logged at warn, the rest at debug, since the informer retries every few seconds while it lasts.
+func (p *Informer) RequestFailed(err error) {
 	p.errors.Inc()
-	p.warnMu.Lock()
-	now := time.Now()
-	warn := now.Sub(p.lastWarn) >= time.Minute
-	if warn {
-		p.lastWarn = now
-	}
-	p.warnMu.Unlock()
-	lvl := level.Debug
-	if warn {
-		lvl = level.Warn
-	}
-	lvl(p.logger).Log("msg", "a request to the Kubernetes API server failed; pod names stay as they are until it answers", "node", p.nodeName, "err", err)
+	p.warnings.Warn(p.logger).Log("msg", "a request to the Kubernetes API server failed; pod names stay as they are until it answers", "node", p.nodeName, "err", err)
 }
 
 // isRequestError reports whether err is one that errorReportingTransport

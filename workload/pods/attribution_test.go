@@ -1,10 +1,15 @@
-package workload
+package pods
 
 import (
 	"testing"
 
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/gpumem/gpumem_exporter/internal/procfixture"
+	"github.com/gpumem/gpumem_exporter/workload"
 )
+
+const podUSlice = "1b2c3d4e_5f60_4a7b_8c9d_0e1f2a3b4c5d"
 
 // TestAttributionEndToEnd runs what the exporter runs on a GPU node: a
 // procfs tree, a pod watch, then Refresh and Lookup as the poller and the
@@ -18,49 +23,49 @@ func TestAttributionEndToEnd(t *testing.T) {
 		gonePid    = 4005 // listed by NVML, already gone from /proc
 	)
 	proc := t.TempDir()
-	writeProcess(t, proc, trainerPid, fakeProcess{comm: "pt_main_thread", start: 1000, uid: "1000",
-		cgroup: "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + podUSlice + ".slice/cri-containerd-" + idA + ".scope\n"})
-	writeProcess(t, proc, serverPid, fakeProcess{comm: "tritonserver", start: 1100, uid: "0",
-		cgroup: "11:memory:/kubepods/besteffort/pod" + podV + "/crio-" + idC + "\n" +
+	procfixture.Write(t, proc, trainerPid, procfixture.Process{Comm: "pt_main_thread", Start: 1000, UID: "1000",
+		Cgroup: "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + podUSlice + ".slice/cri-containerd-" + idA + ".scope\n"})
+	procfixture.Write(t, proc, serverPid, procfixture.Process{Comm: "tritonserver", Start: 1100, UID: "0",
+		Cgroup: "11:memory:/kubepods/besteffort/pod" + podV + "/crio-" + idC + "\n" +
 			"3:cpu,cpuacct:/kubepods/besteffort/pod" + podV + "/crio-" + idC + "\n" +
 			"1:name=systemd:/kubepods/besteffort/pod" + podV + "/crio-" + idC + "\n"})
-	writeProcess(t, proc, slurmPid, fakeProcess{comm: "python", start: 1200, uid: "2001",
-		cgroup: "0::/system.slice/slurmstepd.scope/job_1234/step_0/user/task_0\n"})
-	writeProcess(t, proc, plainPid, fakeProcess{comm: "blender", start: 1300, uid: "1000",
-		cgroup: "0::/user.slice/user-1000.slice/session-3.scope\n"})
+	procfixture.Write(t, proc, slurmPid, procfixture.Process{Comm: "python", Start: 1200, UID: "2001",
+		Cgroup: "0::/system.slice/slurmstepd.scope/job_1234/step_0/user/task_0\n"})
+	procfixture.Write(t, proc, plainPid, procfixture.Process{Comm: "blender", Start: 1300, UID: "1000",
+		Cgroup: "0::/user.slice/user-1000.slice/session-3.scope\n"})
 
 	client := fake.NewClientset(
 		newPod("ml", "trainer-0", podU, withContainers(status("pytorch", "containerd://"+idA))),
 		newPod("infer", "server-1", podV, withContainers(status("triton", "cri-o://"+idC))),
 	)
 	pods, _ := startInformer(t, client)
-	r := NewProcResolver(proc, pods, nil)
+	r := workload.NewProcResolver(proc, pods, nil)
 	r.Refresh([]uint32{trainerPid, serverPid, slurmPid, plainPid, gonePid})
 
 	tests := []struct {
 		name string
 		pid  uint32
-		want Info
+		want workload.Info
 	}{
-		{"a pod's process is named by namespace, pod and container", trainerPid, Info{
+		{"a pod's process is named by namespace, pod and container", trainerPid, workload.Info{
 			PID: trainerPid, StartTime: 1000, Comm: "pt_main_thread", UID: "1000",
 			Cgroup:      "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + podUSlice + ".slice/cri-containerd-" + idA + ".scope",
 			ContainerID: idA, PodUID: podU, Namespace: "ml", Pod: "trainer-0", Container: "pytorch",
 		}},
-		{"another pod on the same GPU is attributed separately", serverPid, Info{
+		{"another pod on the same GPU is attributed separately", serverPid, workload.Info{
 			PID: serverPid, StartTime: 1100, Comm: "tritonserver", UID: "0",
 			Cgroup:      "/kubepods/besteffort/pod" + podV + "/crio-" + idC,
 			ContainerID: idC, PodUID: podV, Namespace: "infer", Pod: "server-1", Container: "triton",
 		}},
-		{"a Slurm step gets its job ID", slurmPid, Info{
+		{"a Slurm step gets its job ID", slurmPid, workload.Info{
 			PID: slurmPid, StartTime: 1200, Comm: "python", UID: "2001",
 			Cgroup: "/system.slice/slurmstepd.scope/job_1234/step_0/user/task_0", SlurmJobID: "1234",
 		}},
-		{"a plain process gets only comm and uid", plainPid, Info{
+		{"a plain process gets only comm and uid", plainPid, workload.Info{
 			PID: plainPid, StartTime: 1300, Comm: "blender", UID: "1000",
 			Cgroup: "/user.slice/user-1000.slice/session-3.scope",
 		}},
-		{"a vanished process has only its pid", gonePid, Info{PID: gonePid}},
+		{"a vanished process has only its pid", gonePid, workload.Info{PID: gonePid}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -72,11 +77,11 @@ func TestAttributionEndToEnd(t *testing.T) {
 	}
 
 	t.Run("a reused pid is detected on the next Refresh", func(t *testing.T) {
-		writeProcess(t, proc, trainerPid, fakeProcess{comm: "nvidia-smi", start: 5000, uid: "0",
-			cgroup: "0::/user.slice/user-0.slice/session-9.scope\n"})
+		procfixture.Write(t, proc, trainerPid, procfixture.Process{Comm: "nvidia-smi", Start: 5000, UID: "0",
+			Cgroup: "0::/user.slice/user-0.slice/session-9.scope\n"})
 		r.Refresh([]uint32{trainerPid, serverPid})
 		got, _ := r.Lookup(trainerPid)
-		want := Info{PID: trainerPid, StartTime: 5000, Comm: "nvidia-smi", UID: "0", Cgroup: "/user.slice/user-0.slice/session-9.scope"}
+		want := workload.Info{PID: trainerPid, StartTime: 5000, Comm: "nvidia-smi", UID: "0", Cgroup: "/user.slice/user-0.slice/session-9.scope"}
 		if got != want {
 			t.Errorf("after reuse, Lookup(%d) =\n %+v\nwant\n %+v", trainerPid, got, want)
 		}

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/alecthomas/kingpin/v2"
+	"github.com/prometheus/common/version"
+	"github.com/prometheus/exporter-toolkit/web"
+	"github.com/prometheus/exporter-toolkit/web/kingpinflag"
+
+	"github.com/gpumem/gpumem_exporter/allocstats"
+	"github.com/gpumem/gpumem_exporter/oom"
+)
+
+// options are the parsed command line. Defaults live in the flag
+// definitions only (from the packages' Default… constants).
+type options struct {
+	metricsPath            string
+	disableExporterMetrics bool
+	healthAddress          string
+	webMaxConnections      int
+	logLevel, logFormat    string
+	backend                string
+	pollInterval           time.Duration
+	simProcesses           int
+	simSeed                int64
+	procPath               string
+	kubeconfig, nodeName   string
+	socket                 string
+	socketExplicit         bool
+	socketMode             octalMode
+	maxMessageBytes        int
+	maxConnections         int
+	maxDevices             int
+	idleTimeout, ttl       time.Duration
+	oomReports             int
+	webConfig              *web.FlagConfig
+}
+
+// reservedPaths are served by the daemon itself; the metrics cannot move
+// there.
+var reservedPaths = []string{"/", "/-/healthy", "/-/ready", "/api/v1/oom-reports"}
+
+// parseFlags parses args on app (kingpin.CommandLine in main; the
+// collectors' --collector.* flags are registered there). Every error names
+// its flag.
+func parseFlags(app *kingpin.Application, args []string) (*options, error) {
+	o := &options{socketMode: allocstats.DefaultSocketMode}
+	app.Name = exporterName
+	app.Help = "Prometheus exporter of GPU memory per process: NVML joined with the framework allocators' own statistics."
+	o.webConfig = kingpinflag.AddFlags(app, ":9481")
+	app.Flag("web.telemetry-path", "Path under which to expose metrics.").Default("/metrics").StringVar(&o.metricsPath)
+	app.Flag("web.disable-exporter-metrics", "Exclude the exporter's own Go and process metrics (go_*, process_*).").BoolVar(&o.disableExporterMetrics)
+	app.Flag("web.health-address", "Also serve /-/healthy and /-/ready, without TLS or authentication, on this address (for probes when --web.config.file turns on basic auth). Empty: off.").Default("").StringVar(&o.healthAddress)
+	app.Flag("web.max-connections", "Most HTTP connections open at once; more wait in the kernel's backlog.").Default("64").IntVar(&o.webMaxConnections)
+	app.Flag("log.level", "Only log messages with the given severity or above: debug, info, warn, error.").Default("info").EnumVar(&o.logLevel, "debug", "info", "warn", "error")
+	app.Flag("log.format", "Output format of log messages: logfmt, json.").Default("logfmt").EnumVar(&o.logFormat, "logfmt", "json")
+	app.Flag("nvml.backend", "Where GPU data comes from: nvml (the real library) or simulated (a scripted 8-GPU H200 node).").Default("nvml").EnumVar(&o.backend, "nvml", "simulated")
+	app.Flag("nvml.poll-interval", "How often NVML is polled; scrapes read the latest poll.").Default("1s").DurationVar(&o.pollInterval)
+	app.Flag("nvml.simulated.processes-per-gpu", "Processes per GPU on the simulated node (1 to 99).").Default("3").IntVar(&o.simProcesses)
+	app.Flag("nvml.simulated.seed", "Seed of the simulated node's script (the same seed gives the same run).").Default("1").Int64Var(&o.simSeed)
+	app.Flag("path.procfs", "procfs mountpoint (the host's /proc; run in the host PID namespace).").Default("/proc").StringVar(&o.procPath)
+	app.Flag("kubernetes.kubeconfig", "Kubeconfig for pod attribution; empty: in-cluster config when running in a pod, none otherwise.").Default("").StringVar(&o.kubeconfig)
+	app.Flag("kubernetes.node-name", "This node's name, to watch only its pods.").Envar("NODE_NAME").Default("").StringVar(&o.nodeName)
+	app.Flag("allocstats.socket", "Unix socket where instrumented processes push allocator stats. When the default directory cannot be created, $XDG_RUNTIME_DIR/gpumem/ or a temporary directory is used; a path given here must be usable.").
+		Default(allocstats.DefaultSocketPath).IsSetByUser(&o.socketExplicit).StringVar(&o.socket)
+	app.Flag("allocstats.socket-mode", "File mode of the socket, in octal. World-writable by default: identity comes from the kernel.").Default(fmt.Sprintf("%#o", allocstats.DefaultSocketMode)).SetValue(&o.socketMode)
+	app.Flag("allocstats.max-message-bytes", "Longest accepted message line; a longer one closes the connection (at least 64).").Default(strconv.Itoa(allocstats.DefaultMaxMessageBytes)).IntVar(&o.maxMessageBytes)
+	app.Flag("allocstats.max-connections", "Most client connections at once.").Default(strconv.Itoa(allocstats.DefaultMaxConnections)).IntVar(&o.maxConnections)
+	app.Flag("allocstats.max-devices", "Most devices in one stats message, and per process.").Default(strconv.Itoa(allocstats.DefaultMaxDevices)).IntVar(&o.maxDevices)
+	app.Flag("allocstats.idle-timeout", "Close a connection that sends nothing for this long.").Default(allocstats.DefaultIdleTimeout.String()).DurationVar(&o.idleTimeout)
+	app.Flag("allocstats.ttl", "Keep a process's allocator series this long after its connection closes (they go at once when it exits).").Default(allocstats.DefaultTTL.String()).DurationVar(&o.ttl)
+	app.Flag("allocstats.oom-reports", "How many out-of-memory reports /api/v1/oom-reports keeps.").Default(strconv.Itoa(oom.DefaultCapacity)).IntVar(&o.oomReports)
+	app.Version(version.Print(exporterName))
+	app.HelpFlag.Short('h')
+	if _, err := app.Parse(args); err != nil {
+		return nil, err
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+func (o *options) validate() error {
+	positive := func(flag string, d time.Duration) error {
+		if d <= 0 {
+			return fmt.Errorf("--%s must be a positive duration such as 1s or 5m, got %s", flag, d)
+		}
+		return nil
+	}
+	atLeast := func(flag string, v, lowest int) error {
+		if v < lowest {
+			return fmt.Errorf("--%s must be at least %d, got %d", flag, lowest, v)
+		}
+		return nil
+	}
+	for _, err := range []error{
+		o.checkMetricsPath(),
+		positive("nvml.poll-interval", o.pollInterval),
+		positive("allocstats.idle-timeout", o.idleTimeout),
+		positive("allocstats.ttl", o.ttl),
+		atLeast("nvml.simulated.processes-per-gpu", o.simProcesses, 1),
+		atLeast("allocstats.max-message-bytes", o.maxMessageBytes, 64),
+		atLeast("allocstats.max-connections", o.maxConnections, 1),
+		atLeast("allocstats.max-devices", o.maxDevices, 1),
+		atLeast("allocstats.oom-reports", o.oomReports, 1),
+		atLeast("web.max-connections", o.webMaxConnections, 1),
+	} {
+		if err != nil {
+			return err
+		}
+	}
+	if o.simProcesses > 99 {
+		return fmt.Errorf("--nvml.simulated.processes-per-gpu must be at most 99, got %d", o.simProcesses)
+	}
+	if o.socket == "" {
+		return fmt.Errorf("--allocstats.socket must not be empty")
+	}
+	return nil
+}
+
+func (o *options) checkMetricsPath() error {
+	p := o.metricsPath
+	if !strings.HasPrefix(p, "/") {
+		return fmt.Errorf("--web.telemetry-path must start with /, got %q", p)
+	}
+	for _, r := range reservedPaths {
+		if p == r {
+			return fmt.Errorf("--web.telemetry-path cannot be %s: the exporter serves %s there", p, strings.Join(reservedPaths, ", "))
+		}
+	}
+	return nil
+}
+
+// octalMode is a file mode flag written in octal, as chmod takes it.
+type octalMode os.FileMode
+
+func (m *octalMode) Set(s string) error {
+	v, err := strconv.ParseUint(s, 8, 32)
+	if err != nil || v&^uint64(os.ModePerm) != 0 {
+		return fmt.Errorf("want permission bits in octal, such as 0666 or 0660; got %q", s)
+	}
+	*m = octalMode(v)
+	return nil
+}
+
+func (m *octalMode) String() string { return fmt.Sprintf("%#o", uint32(*m)) }

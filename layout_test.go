@@ -1,0 +1,103 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/gpumem/gpumem_exporter/"
+
+// The data flow is sources -> one join -> readers -> main. A source never
+// imports another source, and nothing imports upward.
+func TestPackagesFollowTheDataFlow(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, "./...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	// Each package's layer; a package may import only lower layers (and
+	// internal helpers, and its own subpackages' parent is not allowed).
+	layer := map[string]int{
+		"nvmlpoll": 1, "allocstats": 1, "workload": 1, "workload/pods": 2,
+		"simulate": 2, "simulate/scenario": 0,
+		"attribution": 3,
+		"collector":   4, "oom": 4, "landing": 5,
+	}
+	sources := map[string]bool{"nvmlpoll": true, "allocstats": true, "workload": true, "workload/pods": true}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		pkg := strings.TrimPrefix(f[0], module)
+		from, known := layer[pkg]
+		for _, imp := range f[1:] {
+			if !strings.HasPrefix(imp, module) {
+				continue
+			}
+			dep := strings.TrimPrefix(imp, module)
+			if strings.HasPrefix(dep, "internal/") {
+				continue
+			}
+			to, depKnown := layer[dep]
+			switch {
+			case !known && f[0] != strings.TrimSuffix(module, "/") && !strings.HasPrefix(pkg, "cmd/") && !strings.HasPrefix(pkg, "deploy/") && !strings.HasPrefix(pkg, "dashboards") && !strings.HasPrefix(pkg, "csi"):
+				t.Errorf("package %s has no layer in this test: add it", pkg)
+			case !depKnown:
+				continue
+			case sources[pkg] && sources[dep] && !(pkg == "workload/pods" && dep == "workload"):
+				t.Errorf("source %s imports source %s: sources meet only in attribution", pkg, dep)
+			case known && to >= from:
+				t.Errorf("%s (layer %d) imports %s (layer %d): imports must point down the data flow", pkg, from, dep, to)
+			}
+		}
+	}
+}
+
+// Every exporter flag that a deployment file passes exists, checked
+// against the binary's own --help-long.
+func TestDeployedFlagsExist(t *testing.T) {
+	out, err := exporterCommand("--help-long").CombinedOutput()
+	if err != nil {
+		t.Fatalf("--help-long: %v\n%s", err, out)
+	}
+	known := map[string]bool{}
+	for _, m := range regexp.MustCompile(`--(\[no-\])?([a-z][a-z0-9.-]*)`).FindAllStringSubmatch(string(out), -1) {
+		known[m[2]] = true
+		if m[1] != "" {
+			known["no-"+m[2]] = true
+		}
+	}
+	if !known["web.listen-address"] || !known["collector.gpu"] {
+		t.Fatalf("--help-long does not list the expected flags:\n%s", out)
+	}
+	ours := regexp.MustCompile(`^(no-)?(web|log|nvml|allocstats|path|kubernetes|collector)\.`)
+	flag := regexp.MustCompile(`--([a-z][a-z0-9.-]*[a-z0-9])`)
+	var files []string
+	for _, glob := range []string{"deploy/kubernetes/*.yaml", "deploy/helm/*/templates/*.yaml", "deploy/helm/*/values.yaml", "deploy/systemd/*", "README.md", "docs/*.md"} {
+		m, _ := filepath.Glob(glob)
+		files = append(files, m...)
+	}
+	sort.Strings(files)
+	checked := 0
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range flag.FindAllStringSubmatch(string(b), -1) {
+			name := m[1]
+			if !ours.MatchString(name) {
+				continue
+			}
+			checked++
+			if !known[name] {
+				t.Errorf("%s passes --%s, which the exporter does not have", f, name)
+			}
+		}
+	}
+	if checked == 0 {
+		t.Error("no exporter flag found in the deployment files: the test reads nothing")
+	}
+}
