@@ -2,6 +2,7 @@ package helm
 
 import (
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -22,8 +23,10 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
 )
 
+// Run with -update after changing deploy/prometheus/rules.yml or dashboards/.
 var update = flag.Bool("update", false, "copy deploy/prometheus/rules.yml and dashboards/*.json into the chart's files/")
 
 const (
@@ -317,7 +320,7 @@ func TestChartRendersWhatKustomizeBuilds(t *testing.T) {
 	same := func(what string, h, k any) {
 		t.Helper()
 		if !reflect.DeepEqual(h, k) {
-			t.Errorf("%s differs between the chart and the kustomization:\nhelm:      %+v\nkustomize: %+v", what, h, k)
+			t.Errorf("%s differs between the chart and the kustomization: %s", what, firstDiff(h, k))
 		}
 	}
 	hds, kds := manifestcheck.One[appsv1.DaemonSet](t, helmObjs), manifestcheck.One[appsv1.DaemonSet](t, kustObjs)
@@ -353,9 +356,53 @@ func TestChartRendersWhatKustomizeBuilds(t *testing.T) {
 	same("dashboards", dashboards(helmObjs), dashboards(kustObjs))
 }
 
+// firstDiff shows where the YAML of two values first differs.
+func firstDiff(helm, kustomize any) string {
+	h, _ := yaml.Marshal(helm)
+	k, _ := yaml.Marshal(kustomize)
+	hl, kl := strings.Split(string(h), "\n"), strings.Split(string(k), "\n")
+	for i := 0; i < len(hl) || i < len(kl); i++ {
+		var a, b string
+		if i < len(hl) {
+			a = hl[i]
+		}
+		if i < len(kl) {
+			b = kl[i]
+		}
+		if a != b {
+			return fmt.Sprintf("line %d of its YAML:\n  helm:      %q\n  kustomize: %q", i+1, a, b)
+		}
+	}
+	return "(same YAML)"
+}
+
 func deref(p *uint64) uint64 {
 	if p == nil {
 		return 0
 	}
 	return *p
+}
+
+// TestValuesSchemaRejectsMistakes: values.schema.json turns a misspelt key
+// or a wrong type into an install error instead of a silently ignored value.
+func TestValuesSchemaRejectsMistakes(t *testing.T) {
+	chrt, err := loader.Load(chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, vals := range map[string]map[string]any{
+		"misspelt key":      {"serviceMonitor": map[string]any{"sampleLimt": 5000}},
+		"unknown top key":   {"csiEnabled": false},
+		"wrong type":        {"csi": map[string]any{"enabled": "no"}},
+		"relative hostPath": {"socketHostPath": "run/gpumem"},
+		"bare extra arg":    {"exporter": map[string]any{"extraArgs": []any{"log.level=debug"}}},
+		"pull policy":       {"image": map[string]any{"repository": "x", "pullPolicy": "Sometimes"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := chartutil.ToRenderValues(chrt, vals, chartutil.ReleaseOptions{Name: releaseName, Namespace: namespace, IsInstall: true}, chartutil.DefaultCapabilities)
+			if err == nil {
+				t.Errorf("values %v accepted, want a schema error", vals)
+			}
+		})
+	}
 }

@@ -3,6 +3,7 @@ package manifestcheck
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -162,16 +163,38 @@ func ReadRules(t testing.TB, path string) RulesFile {
 func CheckPrometheusRule(t testing.TB, pr *PrometheusRule, rulesFile string, wantLabels map[string]string) {
 	t.Helper()
 	want := ReadRules(t, rulesFile)
-	if !reflect.DeepEqual(pr.Spec, want) {
-		got, _ := yaml.Marshal(pr.Spec)
-		exp, _ := yaml.Marshal(want)
-		t.Errorf("PrometheusRule %s differs from %s:\n--- got\n%s\n--- want\n%s", pr.Name, rulesFile, got, exp)
+	for _, d := range ruleDiffs(pr.Spec, want) {
+		t.Errorf("PrometheusRule %s differs from %s (a stale copy?): %s", pr.Name, rulesFile, d)
 	}
 	for k, v := range wantLabels {
 		if got, ok := pr.Labels[k]; !ok || got != v {
 			t.Errorf("the PrometheusRule's label %s=%q, want %q", k, got, v)
 		}
 	}
+}
+
+// ruleDiffs names the groups and rules that differ, at most a few.
+func ruleDiffs(got, want RulesFile) []string {
+	var out []string
+	name := func(r Rule) string { return r.Record + r.Alert }
+	if len(got.Groups) != len(want.Groups) {
+		out = append(out, fmt.Sprintf("%d groups, want %d", len(got.Groups), len(want.Groups)))
+	}
+	for i := 0; i < len(got.Groups) && i < len(want.Groups) && len(out) < 5; i++ {
+		g, w := got.Groups[i], want.Groups[i]
+		if g.Name != w.Name || g.Interval != w.Interval || !reflect.DeepEqual(g.Limit, w.Limit) || len(g.Rules) != len(w.Rules) {
+			out = append(out, fmt.Sprintf("group %d is %s with %d rules, want %s with %d", i, g.Name, len(g.Rules), w.Name, len(w.Rules)))
+			continue
+		}
+		for j := range g.Rules {
+			if !reflect.DeepEqual(g.Rules[j], w.Rules[j]) {
+				gy, _ := yaml.Marshal(g.Rules[j])
+				wy, _ := yaml.Marshal(w.Rules[j])
+				out = append(out, fmt.Sprintf("group %s, rule %s:\n--- got\n%s--- want\n%s", g.Name, name(w.Rules[j]), gy, wy))
+			}
+		}
+	}
+	return out
 }
 
 // CheckDashboards checks that there is one ConfigMap per *.json file of
