@@ -212,8 +212,9 @@ func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, er
 
 	// The one join, and what reads it.
 	join := attribution.Sources{NVML: poller, Allocator: store, Workload: resolver}
-	reports := oom.New(o.oomReports, join, log.With(logger, "component", "oom"))
+	reports := oom.New(oom.Config{Capacity: o.oomReports, Sources: join, Fresh: poller.Fresh, Logger: log.With(logger, "component", "oom")})
 	store.OnOOM(reports.Record)
+	poller.OnPoll(reports.Observe)
 
 	srv, err := allocstats.NewServer(allocstats.Config{
 		SocketPath:      o.socket,
@@ -256,8 +257,9 @@ func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, er
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 
-	done := make(chan struct{}, 2)
+	done := make(chan struct{}, 3)
 	go func() { poller.Run(ctx); done <- struct{}{} }()
+	go func() { reports.Run(ctx); done <- struct{}{} }()
 	go func() {
 		if err := srv.Serve(ctx); err != nil {
 			level.Error(logger).Log("msg", "allocator stats socket stopped", "err", err)
@@ -299,7 +301,7 @@ func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, er
 		mux:            mux,
 		health:         healthMux,
 		healthListener: healthListener,
-		wait:           func() { <-done; <-done },
+		wait:           func() { <-done; <-done; <-done },
 		close:          closeHealth,
 	}, nil
 }

@@ -164,10 +164,17 @@ type View struct {
 
 // Read takes the latest snapshot and allocator state and joins them.
 func (s Sources) Read() View {
-	var v View
+	var snap *nvmlpoll.Snapshot
 	if s.NVML != nil {
-		v.Snapshot = s.NVML.Snapshot()
+		snap = s.NVML.Snapshot()
 	}
+	return s.ReadAt(snap)
+}
+
+// ReadAt joins snap (a snapshot the caller took) with the latest
+// allocator state.
+func (s Sources) ReadAt(snap *nvmlpoll.Snapshot) View {
+	v := View{Snapshot: snap}
 	var procs []allocstats.Process
 	if s.Allocator != nil {
 		procs = s.Allocator.Processes()

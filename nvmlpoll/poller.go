@@ -60,6 +60,13 @@ type Poller struct {
 	errors       *prometheus.CounterVec
 	upDesc       *prometheus.Desc
 	mu           sync.Mutex // serialises Poll for tests that call it directly
+
+	// Fresh's bookkeeping: polls started and finished, and a channel that
+	// wakes Run for an early poll.
+	kick              chan struct{}
+	genMu             sync.Mutex
+	genCond           *sync.Cond
+	started, finished uint64
 }
 
 type peakKey struct {
@@ -102,6 +109,8 @@ func NewPoller(cfg Config) *Poller {
 		}, []string{"call"}),
 		upDesc: prometheus.NewDesc("gpumem_nvml_up", "1 when NVML is initialised and the last poll listed the devices and is recent (within 3 poll intervals and 5 s), else 0.", nil, nil),
 	}
+	p.kick = make(chan struct{}, 1)
+	p.genCond = sync.NewCond(&p.genMu)
 	// The calls every poll makes start at 0, so that a rate() of the first
 	// failure is not lost.
 	for _, call := range []string{"Init", "DeviceGetCount", "GetUUID", "GetMemoryInfo_v2", "GetMemoryInfo", "GetComputeRunningProcesses", "GetGraphicsRunningProcesses"} {
@@ -127,6 +136,12 @@ func (p *Poller) Up() bool {
 // StaleAfter is how old the last snapshot may be before NVML counts as
 // down: three poll intervals and five seconds.
 func (p *Poller) StaleAfter() time.Duration { return 3*p.cfg.Interval + 5*time.Second }
+
+// OnPoll adds f to the hooks that run in the poll goroutine after each
+// published snapshot (Config.OnPoll). Add hooks before Run.
+func (p *Poller) OnPoll(f func(*Snapshot)) {
+	p.cfg.OnPoll = append(p.cfg.OnPoll, f)
+}
 
 // Polled reports whether a poll has been attempted and published, with
 // or without success.
@@ -185,10 +200,55 @@ func (p *Poller) Run(ctx context.Context) {
 		if err := p.Poll(); err != nil {
 			level.Warn(p.logger).Log("msg", "NVML poll failed", "err", err)
 		}
-		if !sleep(ctx, p.cfg.Interval) {
+		if !p.wait(ctx, p.cfg.Interval) {
 			return
 		}
 	}
+}
+
+// wait sleeps until the next regular poll, or less when Fresh asks for
+// one; false when ctx ends.
+func (p *Poller) wait(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	case <-p.kick:
+		return true
+	}
+}
+
+// Fresh returns a snapshot from a poll that started after the call: it
+// asks the poll goroutine (Run) to poll now, or joins the poll it is about
+// to start, so that on-demand reads and the regular poll are one. When no
+// such poll completes before ctx ends (Run is not running, NVML hangs), it
+// returns the latest snapshot and ctx's error.
+func (p *Poller) Fresh(ctx context.Context) (*Snapshot, error) {
+	p.genMu.Lock()
+	target := p.started + 1
+	p.genMu.Unlock()
+	select {
+	case p.kick <- struct{}{}:
+	default: // a poll is already asked for
+	}
+	stop := context.AfterFunc(ctx, func() {
+		p.genMu.Lock()
+		p.genCond.Broadcast()
+		p.genMu.Unlock()
+	})
+	defer stop()
+	p.genMu.Lock()
+	defer p.genMu.Unlock()
+	for p.finished < target {
+		if ctx.Err() != nil {
+			return p.Snapshot(), ctx.Err()
+		}
+		p.genCond.Wait()
+	}
+	return p.Snapshot(), nil
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {
@@ -253,6 +313,15 @@ var errLost = errors.New("NVML is no longer initialised")
 func (p *Poller) Poll() (err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.genMu.Lock()
+	p.started++
+	p.genMu.Unlock()
+	defer func() {
+		p.genMu.Lock()
+		p.finished++
+		p.genCond.Broadcast()
+		p.genMu.Unlock()
+	}()
 	if !p.initialised {
 		if err := p.init(); err != nil {
 			p.up.Store(false)

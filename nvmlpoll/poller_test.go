@@ -282,3 +282,46 @@ func TestAStuckPollTakesNVMLDown(t *testing.T) {
 		t.Error("not up again after the poll completed")
 	}
 }
+
+// Fresh returns a snapshot of a poll that started after it was called,
+// waking Run early instead of waiting out the interval.
+func TestFreshPollsNowAndCoalesces(t *testing.T) {
+	var polls atomic.Int32
+	p := NewPoller(Config{Lib: newMockNode(), Interval: time.Hour, BeforePoll: func() { polls.Add(1) }})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go p.Run(ctx)
+	deadline := time.Now().Add(5 * time.Second)
+	for polls.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("Run never polled")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	first := p.Snapshot()
+	fctx, fcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer fcancel()
+	snap, err := p.Fresh(fctx)
+	if err != nil {
+		t.Fatalf("Fresh with an hour's interval: %v (Run was not woken)", err)
+	}
+	if snap == first {
+		t.Error("Fresh returned the snapshot it was called with, not a new one")
+	}
+	if n := polls.Load(); n != 2 {
+		t.Errorf("%d polls after one Fresh, want 2", n)
+	}
+}
+
+func TestFreshWithoutRunReturnsTheLatestAndTheDeadline(t *testing.T) {
+	p := NewPoller(Config{Lib: newMockNode()})
+	if err := p.Poll(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	snap, err := p.Fresh(ctx)
+	if err == nil || snap != p.Snapshot() {
+		t.Errorf("Fresh without Run = %p, %v; want the latest snapshot and the context's error", snap, err)
+	}
+}

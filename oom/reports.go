@@ -4,38 +4,47 @@
 package oom
 
 import (
+	"context"
 	"encoding/json"
 	"math"
 	"net/http"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-kit/log"
+	"github.com/go-kit/log/level"
 
 	"github.com/gpumem/gpumem_exporter/allocstats"
 	"github.com/gpumem/gpumem_exporter/attribution"
 	"github.com/gpumem/gpumem_exporter/internal/ratelog"
+	"github.com/gpumem/gpumem_exporter/nvmlpoll"
 )
 
 // Report is the state of a device when a process on it reported that an
 // allocation failed. Processes are ordered by their footprint (the larger
 // of NVML used and allocator reserved), largest first.
 type Report struct {
-	Time           time.Time     `json:"time"`
-	GPU            string        `json:"gpu"` // NVML index of the physical GPU; "" if NVML does not list the device
-	UUID           string        `json:"uuid"`
-	PID            uint32        `json:"pid"`
-	Comm           string        `json:"comm"`
-	Namespace      string        `json:"namespace"`
-	Pod            string        `json:"pod"`
-	Container      string        `json:"container"`
-	RequestedBytes uint64        `json:"requested_bytes"`
-	LimitBytes     *uint64       `json:"limit_bytes,omitempty"`
-	FreeBytes      *uint64       `json:"free_bytes,omitempty"`
-	DeviceMemory   *DeviceMemory `json:"device_memory,omitempty"`
-	Totals         Totals        `json:"totals"`
-	Processes      []Process     `json:"processes"`
+	Time           time.Time `json:"time"`
+	GPU            string    `json:"gpu"` // NVML index of the physical GPU; "" if NVML does not list the device
+	UUID           string    `json:"uuid"`
+	PID            uint32    `json:"pid"`
+	Comm           string    `json:"comm"`
+	Namespace      string    `json:"namespace"`
+	Pod            string    `json:"pod"`
+	Container      string    `json:"container"`
+	RequestedBytes uint64    `json:"requested_bytes"`
+	// NVMLTime is when the report's NVML reading was taken, and
+	// NVMLDelaySeconds how long after the OOM (negative: before it, when no
+	// fresh reading came in time).
+	NVMLTime         *time.Time    `json:"nvml_time,omitempty"`
+	NVMLDelaySeconds *float64      `json:"nvml_delay_seconds,omitempty"`
+	LimitBytes       *uint64       `json:"limit_bytes,omitempty"`
+	FreeBytes        *uint64       `json:"free_bytes,omitempty"`
+	DeviceMemory     *DeviceMemory `json:"device_memory,omitempty"`
+	Totals           Totals        `json:"totals"`
+	Processes        []Process     `json:"processes"`
 }
 
 // DeviceMemory is NVML's memory info of the device at the time.
@@ -59,15 +68,19 @@ type Totals struct {
 // joined with its allocator stats, and every reporting process NVML does
 // not list.
 type Process struct {
-	PID           uint32  `json:"pid"`
-	Comm          string  `json:"comm"`
-	Namespace     string  `json:"namespace"`
-	Pod           string  `json:"pod"`
-	Container     string  `json:"container"`
-	Reporting     bool    `json:"reporting,omitempty"` // the process that reported the OOM
-	NVMLListed    bool    `json:"nvml_listed"`
-	UsedBytes     *uint64 `json:"used_bytes,omitempty"`    // NVML
-	ContextBytes  *uint64 `json:"context_bytes,omitempty"` // used - reserved
+	PID          uint32  `json:"pid"`
+	Comm         string  `json:"comm"`
+	Namespace    string  `json:"namespace"`
+	Pod          string  `json:"pod"`
+	Container    string  `json:"container"`
+	Reporting    bool    `json:"reporting,omitempty"` // the process that reported the OOM
+	NVMLListed   bool    `json:"nvml_listed"`
+	UsedBytes    *uint64 `json:"used_bytes,omitempty"`    // NVML
+	ContextBytes *uint64 `json:"context_bytes,omitempty"` // used - reserved
+	// ContextStale: NVML's used still lagged the allocator's reserved at
+	// the reading, so ContextBytes is from the process's last consistent
+	// reading (the context does not change while a process lives).
+	ContextStale  bool    `json:"context_stale,omitempty"`
 	ReservedBytes *uint64 `json:"reserved_bytes,omitempty"`
 	ActiveBytes   *uint64 `json:"active_bytes,omitempty"`
 	InactiveBytes *uint64 `json:"inactive_bytes,omitempty"`
@@ -90,42 +103,148 @@ func (p *Process) footprint() uint64 {
 // DefaultCapacity is how many reports are kept when none is configured.
 const DefaultCapacity = 32
 
+// Config configures Reports.
+type Config struct {
+	// Capacity is how many reports are kept (DefaultCapacity when <= 0).
+	Capacity int
+	// Sources is the join a report reads.
+	Sources attribution.Sources
+	// Fresh, when set, returns an NVML snapshot from a poll that started
+	// after the call (nvmlpoll.Poller.Fresh): a report is built from a
+	// reading taken after the OOM, not from the poll before the burst that
+	// caused it. It is waited for at most FreshTimeout (default 2 s).
+	Fresh        func(context.Context) (*nvmlpoll.Snapshot, error)
+	FreshTimeout time.Duration
+	Logger       log.Logger
+}
+
 // Reports keeps the last reports in a ring.
 type Reports struct {
-	src    attribution.Sources
+	cfg    Config
 	logger log.Logger
 	logs   *ratelog.Limiter
+	queue  chan allocstats.OOMEvent
+	active atomic.Bool // Run is consuming the queue
 
 	mu   sync.Mutex
 	ring []Report
 	next int // where the next report goes
 	full bool
+
+	ctxMu   sync.Mutex
+	context map[contextKey]uint64 // last consistent context per process and device
 }
 
-// New returns an empty ring of capacity reports (DefaultCapacity when
-// capacity <= 0) that builds each report from src.
-func New(capacity int, src attribution.Sources, logger log.Logger) *Reports {
-	if capacity <= 0 {
-		capacity = DefaultCapacity
+type contextKey struct {
+	pid   uint32
+	start uint64
+	uuid  string
+}
+
+// New returns an empty ring.
+func New(cfg Config) *Reports {
+	if cfg.Capacity <= 0 {
+		cfg.Capacity = DefaultCapacity
 	}
-	if logger == nil {
-		logger = log.NewNopLogger()
+	if cfg.FreshTimeout <= 0 {
+		cfg.FreshTimeout = 2 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = log.NewNopLogger()
 	}
 	return &Reports{
-		src:    src,
-		logger: logger,
-		ring:   make([]Report, capacity),
+		cfg:    cfg,
+		logger: cfg.Logger,
+		ring:   make([]Report, cfg.Capacity),
 		// A process that catches OutOfMemoryError in a loop must not
 		// flood the log: beyond a burst, reports are logged at debug.
-		logs: ratelog.New(10, 6*time.Second),
+		logs:    ratelog.New(10, 6*time.Second),
+		queue:   make(chan allocstats.OOMEvent, queueLength),
+		context: map[contextKey]uint64{},
 	}
 }
 
-// Record builds the report of ev, keeps it and logs it. Its method value is
-// meant for allocstats.Config.OnOOM.
-func (r *Reports) Record(ev allocstats.OOMEvent) {
-	rep := r.build(ev)
+// queueLength bounds the OOM events waiting for their fresh reading.
+const queueLength = 64
 
+// Run builds the reports of recorded events until ctx ends, each from an
+// NVML reading taken after its event arrived. Without Run, Record builds
+// each report at once from the latest reading.
+func (r *Reports) Run(ctx context.Context) {
+	r.active.Store(true)
+	defer r.active.Store(false)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev := <-r.queue:
+			snap := r.freshSnapshot(ctx)
+			r.keep(r.build(ev, r.cfg.Sources.ReadAt(snap)))
+		}
+	}
+}
+
+func (r *Reports) freshSnapshot(ctx context.Context) *nvmlpoll.Snapshot {
+	if r.cfg.Fresh == nil {
+		return r.cfg.Sources.Read().Snapshot
+	}
+	fctx, cancel := context.WithTimeout(ctx, r.cfg.FreshTimeout)
+	defer cancel()
+	snap, err := r.cfg.Fresh(fctx)
+	if err != nil {
+		level.Debug(r.logger).Log("msg", "no fresh NVML reading for an OOM report; using the latest", "err", err)
+	}
+	return snap
+}
+
+// Observe remembers each process's context from a consistent reading
+// (NVML used >= allocator reserved); main calls it after every poll. A
+// report whose fresh reading lags uses it, marked stale.
+func (r *Reports) Observe(snap *nvmlpoll.Snapshot) {
+	v := r.cfg.Sources.ReadAt(snap)
+	r.ctxMu.Lock()
+	defer r.ctxMu.Unlock()
+	next := make(map[contextKey]uint64, len(v.Rows))
+	for i := range v.Rows {
+		row := &v.Rows[i]
+		if row.Alloc == nil {
+			continue
+		}
+		k := contextKey{row.PID, row.Info.StartTime, row.UUID}
+		if ctx, ok := row.Context(); ok {
+			next[k] = ctx
+		} else if old, ok := r.context[k]; ok {
+			next[k] = old
+		}
+	}
+	r.context = next
+}
+
+func (r *Reports) lastContext(row *attribution.Row) (uint64, bool) {
+	r.ctxMu.Lock()
+	defer r.ctxMu.Unlock()
+	ctx, ok := r.context[contextKey{row.PID, row.Info.StartTime, row.UUID}]
+	return ctx, ok
+}
+
+// Record takes an OOM event (allocstats.Store.OnOOM). With Run going, the
+// report is built in the background from a fresh reading; Record never
+// blocks, and drops the event when the queue is full. Without Run it is
+// built at once.
+func (r *Reports) Record(ev allocstats.OOMEvent) {
+	if r.active.Load() {
+		select {
+		case r.queue <- ev:
+		default:
+			level.Debug(r.logger).Log("msg", "OOM report queue full; event dropped", "pid", ev.PID, "uuid", ev.UUID)
+		}
+		return
+	}
+	r.keep(r.build(ev, r.cfg.Sources.Read()))
+}
+
+// keep stores rep in the ring and logs it.
+func (r *Reports) keep(rep Report) {
 	r.mu.Lock()
 	r.ring[r.next] = rep
 	r.next = (r.next + 1) % len(r.ring)
@@ -153,7 +272,7 @@ func (r *Reports) Record(ev allocstats.OOMEvent) {
 }
 
 // build assembles the report of ev from one reading of the join.
-func (r *Reports) build(ev allocstats.OOMEvent) Report {
+func (r *Reports) build(ev allocstats.OOMEvent, view attribution.View) Report {
 	rep := Report{
 		Time:           ev.Time,
 		UUID:           ev.UUID,
@@ -163,7 +282,11 @@ func (r *Reports) build(ev allocstats.OOMEvent) Report {
 		FreeBytes:      ev.Free.Ptr(),
 		Processes:      []Process{},
 	}
-	view := r.src.Read()
+	if view.Snapshot != nil && !view.Snapshot.Time.IsZero() && !ev.Time.IsZero() {
+		t := view.Snapshot.Time
+		d := t.Sub(ev.Time).Seconds()
+		rep.NVMLTime, rep.NVMLDelaySeconds = &t, &d
+	}
 	if dev, ok := view.Snapshot.Device(ev.UUID); ok {
 		rep.GPU = dev.GPULabel()
 		if dev.HasMemory {
@@ -179,7 +302,13 @@ func (r *Reports) build(ev allocstats.OOMEvent) Report {
 		}
 	}
 	for _, row := range view.Device(ev.UUID) {
-		rep.Processes = append(rep.Processes, process(&row, ev.PID))
+		p := process(&row, ev.PID)
+		if p.ContextBytes == nil && row.Alloc != nil && row.NVML != nil {
+			if ctx, ok := r.lastContext(&row); ok {
+				p.ContextBytes, p.ContextStale = &ctx, true
+			}
+		}
+		rep.Processes = append(rep.Processes, p)
 	}
 	sort.SliceStable(rep.Processes, func(i, j int) bool {
 		a, b := &rep.Processes[i], &rep.Processes[j]
@@ -209,8 +338,8 @@ func (r *Reports) build(ev allocstats.OOMEvent) Report {
 			rep.Comm, rep.Namespace, rep.Pod, rep.Container = p.Comm, p.Namespace, p.Pod, p.Container
 		}
 	}
-	if !reporterFound && r.src.Workload != nil {
-		if in, ok := r.src.Workload.Lookup(ev.PID); ok {
+	if !reporterFound && r.cfg.Sources.Workload != nil {
+		if in, ok := r.cfg.Sources.Workload.Lookup(ev.PID); ok {
 			rep.Comm, rep.Namespace, rep.Pod, rep.Container = in.Comm, in.Namespace, in.Pod, in.Container
 		}
 	}

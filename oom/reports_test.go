@@ -2,6 +2,7 @@ package oom
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -103,7 +104,7 @@ func u64(v uint64) *uint64 { return &v }
 func TestOOMReportDescribesTheWholeDevice(t *testing.T) {
 	store, snap := oomFixture(t)
 	var logBuf bytes.Buffer
-	reports := New(4, sources(snap, store), log.NewLogfmtLogger(&logBuf))
+	reports := New(Config{Capacity: 4, Sources: sources(snap, store), Logger: log.NewLogfmtLogger(&logBuf)})
 	reports.Record(feedOOM(t, store, 100, allocstats.OOMMessage{UUID: testUUID, RequestedBytes: 916 * mib, LimitBytes: allocstats.Some(4096 * mib)}))
 
 	list := reports.List()
@@ -150,7 +151,7 @@ func TestOOMReportDescribesTheWholeDevice(t *testing.T) {
 
 func TestOOMReportWithoutNVMLKnowledge(t *testing.T) {
 	store := allocstats.NewStore(time.Minute)
-	reports := New(0, sources(nil, store), nil)
+	reports := New(Config{Capacity: 0, Sources: sources(nil, store), Logger: nil})
 	reports.Record(feedOOM(t, store, 7, allocstats.OOMMessage{UUID: testUUID, RequestedBytes: 5}))
 	got := reports.List()[0]
 	if got.GPU != "" || got.DeviceMemory != nil || got.Totals.UnattributedBytes != nil || len(got.Processes) != 0 {
@@ -162,7 +163,7 @@ func TestOOMReportWithoutNVMLKnowledge(t *testing.T) {
 }
 
 func TestOOMReportsKeepTheNewestInARing(t *testing.T) {
-	reports := New(2, attribution.Sources{}, nil)
+	reports := New(Config{Capacity: 2, Logger: nil})
 	for i := uint64(1); i <= 3; i++ {
 		reports.Record(allocstats.OOMEvent{Time: t0, PID: uint32(i), UUID: testUUID, Requested: i})
 		if n := len(reports.List()); n != int(min(i, 2)) {
@@ -176,7 +177,7 @@ func TestOOMReportsKeepTheNewestInARing(t *testing.T) {
 }
 
 func TestOOMReportsHTTP(t *testing.T) {
-	reports := New(2, attribution.Sources{}, nil)
+	reports := New(Config{Capacity: 2, Logger: nil})
 	get := func(method string) *httptest.ResponseRecorder {
 		rec := httptest.NewRecorder()
 		reports.ServeHTTP(rec, httptest.NewRequest(method, "/api/v1/oom-reports", nil))
@@ -217,7 +218,7 @@ func TestOOMLoggingIsRateLimited(t *testing.T) {
 		}
 		return nil
 	})
-	reports := New(2, attribution.Sources{}, logger)
+	reports := New(Config{Capacity: 2, Logger: logger})
 	for i := 0; i < 100; i++ {
 		reports.Record(allocstats.OOMEvent{Time: t0, PID: 1, UUID: testUUID})
 	}
@@ -248,10 +249,76 @@ func TestOOMReportRanksByTheLargerOfUsedAndReserved(t *testing.T) {
 	}}}
 	store := allocstats.NewStore(time.Minute)
 	feed(t, store, 100, allocstats.DeviceReport{UUID: testUUID, Reserved: 3666 * mib, Active: allocstats.Some(3664 * mib)})
-	reports := New(1, sources(snap, store), log.NewNopLogger())
+	reports := New(Config{Capacity: 1, Sources: sources(snap, store), Logger: log.NewNopLogger()})
 	reports.Record(feedOOM(t, store, 100, allocstats.OOMMessage{UUID: testUUID, RequestedBytes: 916 * mib}))
 	got := reports.List()[0].Processes
 	if len(got) != 2 || got[0].PID != 100 || got[0].ContextBytes != nil {
 		t.Errorf("processes = %+v; want pid 100 (3666 MiB reserved) first, and no context while NVML's used is older than its reserved", got)
+	}
+}
+
+// On the H200 an OOM report showed context 0 B: NVML's used came from the
+// poll before the burst that caused the OOM. A report is built from a
+// reading taken after the event; where that reading still lags the
+// allocator, the process keeps its last consistent context, marked stale.
+func TestOOMReportUsesAFreshReadingAndTheLastConsistentContext(t *testing.T) {
+	device := func(at time.Time, used100, used200 uint64) *nvmlpoll.Snapshot {
+		return &nvmlpoll.Snapshot{Time: at, Devices: []nvmlpoll.Device{{
+			Index: 3, UUID: testUUID, HasMemory: true, HasProcesses: true,
+			Memory: nvmlpoll.Memory{Total: 143771 * mib, Used: used100 + used200, Free: 143771*mib - used100 - used200},
+			Processes: []nvmlpoll.Process{
+				{PID: 100, HasUsed: true, UsedBytes: used100},
+				{PID: 200, HasUsed: true, UsedBytes: used200},
+			},
+		}}}
+	}
+	store := allocstats.NewStore(time.Minute)
+	feed(t, store, 100, allocstats.DeviceReport{UUID: testUUID, Reserved: 3072 * mib, Active: allocstats.Some(3000 * mib)})
+	feed(t, store, 200, allocstats.DeviceReport{UUID: testUUID, Reserved: 1000 * mib, Active: allocstats.Some(1000 * mib)})
+	before := device(t0.Add(-time.Second), 3590*mib, 1520*mib)
+	// After the burst: pid 100's allocator holds 3666 MiB, NVML's fresh
+	// reading has not caught up; pid 200's is consistent.
+	fresh := device(t0.Add(300*time.Millisecond), 3590*mib, 1520*mib)
+	var freshCalls int
+	reports := New(Config{Sources: sources(before, store), Logger: log.NewNopLogger(),
+		Fresh: func(context.Context) (*nvmlpoll.Snapshot, error) { freshCalls++; return fresh, nil }})
+	reports.Observe(before)
+	feed(t, store, 100, allocstats.DeviceReport{UUID: testUUID, Reserved: 3666 * mib, Active: allocstats.Some(3664 * mib)})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { reports.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	waitUntil(t, "Run to start", reports.active.Load)
+	reports.Record(feedOOM(t, store, 100, allocstats.OOMMessage{UUID: testUUID, RequestedBytes: 916 * mib}))
+	waitUntil(t, "the report", func() bool { return len(reports.List()) == 1 })
+
+	rep := reports.List()[0]
+	if freshCalls != 1 || rep.NVMLTime == nil || !rep.NVMLTime.Equal(fresh.Time) || rep.NVMLDelaySeconds == nil || *rep.NVMLDelaySeconds != 0.3 {
+		t.Errorf("NVML reading of the report: time %v, delay %v after %d Fresh calls; want the fresh reading, 0.3 s after the OOM", rep.NVMLTime, rep.NVMLDelaySeconds, freshCalls)
+	}
+	byPID := map[uint32]Process{}
+	for _, p := range rep.Processes {
+		byPID[p.PID] = p
+	}
+	if p := byPID[100]; p.ContextBytes == nil || *p.ContextBytes != 518*mib || !p.ContextStale {
+		t.Errorf("reporter's context = %v (stale %v), want 518 MiB from its last consistent reading, marked stale", p.ContextBytes, p.ContextStale)
+	}
+	if p := byPID[200]; p.ContextBytes == nil || *p.ContextBytes != 520*mib || p.ContextStale {
+		t.Errorf("pid 200's context = %v (stale %v), want 520 MiB from the fresh reading", p.ContextBytes, p.ContextStale)
+	}
+	if rep.Totals.ContextBytes != (518+520)*mib {
+		t.Errorf("total context = %d MiB, want %d", rep.Totals.ContextBytes/mib, 518+520)
+	}
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
