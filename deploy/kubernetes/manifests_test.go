@@ -332,3 +332,49 @@ func TestCSIFlagsExist(t *testing.T) {
 		}
 	}
 }
+
+// TestDocumentedOverlayBuilds builds the overlay that docs/deploy.md shows
+// for kube-prometheus-stack and a private registry, and checks its effect.
+func TestDocumentedOverlayBuilds(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/deploy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const marker = "# my-overlay/kustomization.yaml\n"
+	start := bytes.Index(doc, []byte(marker))
+	if start < 0 {
+		t.Fatalf("docs/deploy.md has no %q block", strings.TrimSpace(marker))
+	}
+	end := bytes.Index(doc[start:], []byte("```"))
+	if end < 0 {
+		t.Fatal("the overlay's code block in docs/deploy.md does not end")
+	}
+	overlay := string(doc[start : start+end])
+
+	// The overlay sits beside the repository's deploy/ in the docs.
+	dir := t.TempDir()
+	here, err := filepath.Abs(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, err := filepath.Rel(dir, here)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(overlay, "- ../deploy/kubernetes\n") {
+		t.Fatalf("the overlay in docs/deploy.md does not list ../deploy/kubernetes:\n%s", overlay)
+	}
+	overlay = strings.Replace(overlay, "- ../deploy/kubernetes\n", "- "+filepath.ToSlash(rel)+"\n", 1)
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(overlay), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	objs, err := manifestcheck.Decode("the documented overlay", manifestcheck.Kustomize(t, dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := map[string]string{"release": "kube-prometheus-stack"}
+	ds := manifestcheck.One[appsv1.DaemonSet](t, objs)
+	manifestcheck.CheckService(t, ds, manifestcheck.One[corev1.Service](t, objs), manifestcheck.One[manifestcheck.ServiceMonitor](t, objs), release)
+	manifestcheck.CheckPrometheusRule(t, manifestcheck.One[manifestcheck.PrometheusRule](t, objs), rulesSource, release)
+	manifestcheck.CheckDaemonSet(t, ds, manifestcheck.DaemonSetWant{CSI: true, Image: "registry.example.com/gpumem_exporter:0.1.0"})
+}
