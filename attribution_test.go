@@ -95,7 +95,7 @@ func attrRunClient(stdin io.Reader, stdout io.Writer) error {
 	return nil
 }
 
-// attrChild is one running TestHelperClient process.
+// attrChild is one running client process (the test binary as roleEnv=client).
 type attrChild struct {
 	name     string
 	cmd      *exec.Cmd
