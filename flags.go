@@ -56,25 +56,25 @@ func parseFlags(app *kingpin.Application, args []string) (*options, error) {
 	app.Flag("web.telemetry-path", "Path under which to expose metrics.").Default("/metrics").StringVar(&o.metricsPath)
 	app.Flag("web.disable-exporter-metrics", "Exclude the exporter's own Go and process metrics (go_*, process_*).").BoolVar(&o.disableExporterMetrics)
 	app.Flag("web.health-address", "Also serve /-/healthy and /-/ready, without TLS or authentication, on this address (for probes when --web.config.file turns on basic auth). Empty: off.").Default("").StringVar(&o.healthAddress)
-	app.Flag("web.max-connections", "Most HTTP connections open at once; more wait in the kernel's backlog.").Default("64").IntVar(&o.webMaxConnections)
+	app.Flag("web.max-connections", "Most HTTP connections open at once; more wait in the kernel's backlog.").Default("64").SetValue(&intFlag{"web.max-connections", &o.webMaxConnections})
 	app.Flag("log.level", "Only log messages with the given severity or above: debug, info, warn, error.").Default("info").EnumVar(&o.logLevel, "debug", "info", "warn", "error")
 	app.Flag("log.format", "Output format of log messages: logfmt, json.").Default("logfmt").EnumVar(&o.logFormat, "logfmt", "json")
 	app.Flag("nvml.backend", "Where GPU data comes from: nvml (the real library) or simulated (a scripted 8-GPU H200 node).").Default("nvml").EnumVar(&o.backend, "nvml", "simulated")
-	app.Flag("nvml.poll-interval", "How often NVML is polled; scrapes read the latest poll.").Default("1s").DurationVar(&o.pollInterval)
-	app.Flag("nvml.simulated.processes-per-gpu", "Processes per GPU on the simulated node (1 to 99).").Default("3").IntVar(&o.simProcesses)
+	app.Flag("nvml.poll-interval", "How often NVML is polled; scrapes read the latest poll.").Default("1s").SetValue(&durationFlag{"nvml.poll-interval", &o.pollInterval})
+	app.Flag("nvml.simulated.processes-per-gpu", "Processes per GPU on the simulated node (1 to 99).").Default("3").SetValue(&intFlag{"nvml.simulated.processes-per-gpu", &o.simProcesses})
 	app.Flag("nvml.simulated.seed", "Seed of the simulated node's script (the same seed gives the same run).").Default("1").Int64Var(&o.simSeed)
 	app.Flag("path.procfs", "procfs mountpoint (the host's /proc; run in the host PID namespace).").Default("/proc").StringVar(&o.procPath)
 	app.Flag("kubernetes.kubeconfig", "Kubeconfig for pod attribution; empty: in-cluster config when running in a pod, none otherwise.").Default("").StringVar(&o.kubeconfig)
 	app.Flag("kubernetes.node-name", "This node's name, to watch only its pods.").Envar("NODE_NAME").Default("").StringVar(&o.nodeName)
 	app.Flag("allocstats.socket", "Unix socket where instrumented processes push allocator stats. When the default directory cannot be created, $XDG_RUNTIME_DIR/gpumem/ or a temporary directory is used; a path given here must be usable.").
 		Default(allocstats.DefaultSocketPath).IsSetByUser(&o.socketExplicit).StringVar(&o.socket)
-	app.Flag("allocstats.socket-mode", "File mode of the socket, in octal. World-writable by default: identity comes from the kernel.").Default(fmt.Sprintf("%#o", allocstats.DefaultSocketMode)).SetValue(&o.socketMode)
-	app.Flag("allocstats.max-message-bytes", "Longest accepted message line; a longer one closes the connection (at least 64).").Default(strconv.Itoa(allocstats.DefaultMaxMessageBytes)).IntVar(&o.maxMessageBytes)
-	app.Flag("allocstats.max-connections", "Most client connections at once.").Default(strconv.Itoa(allocstats.DefaultMaxConnections)).IntVar(&o.maxConnections)
-	app.Flag("allocstats.max-devices", "Most devices in one stats message, and per process.").Default(strconv.Itoa(allocstats.DefaultMaxDevices)).IntVar(&o.maxDevices)
-	app.Flag("allocstats.idle-timeout", "Close a connection that sends nothing for this long.").Default(allocstats.DefaultIdleTimeout.String()).DurationVar(&o.idleTimeout)
-	app.Flag("allocstats.ttl", "Keep a process's allocator series this long after its connection closes (they go at once when it exits).").Default(allocstats.DefaultTTL.String()).DurationVar(&o.ttl)
-	app.Flag("allocstats.oom-reports", "How many out-of-memory reports /api/v1/oom-reports keeps.").Default(strconv.Itoa(oom.DefaultCapacity)).IntVar(&o.oomReports)
+	app.Flag("allocstats.socket-mode", "File mode of the socket, in octal. World-writable by default: identity comes from the kernel.").Default(fmt.Sprintf("%#o", allocstats.DefaultSocketMode)).SetValue(&octalFlag{"allocstats.socket-mode", &o.socketMode})
+	app.Flag("allocstats.max-message-bytes", "Longest accepted message line; a longer one closes the connection (at least 64).").Default(strconv.Itoa(allocstats.DefaultMaxMessageBytes)).SetValue(&intFlag{"allocstats.max-message-bytes", &o.maxMessageBytes})
+	app.Flag("allocstats.max-connections", "Most client connections at once.").Default(strconv.Itoa(allocstats.DefaultMaxConnections)).SetValue(&intFlag{"allocstats.max-connections", &o.maxConnections})
+	app.Flag("allocstats.max-devices", "Most devices in one stats message, and per process.").Default(strconv.Itoa(allocstats.DefaultMaxDevices)).SetValue(&intFlag{"allocstats.max-devices", &o.maxDevices})
+	app.Flag("allocstats.idle-timeout", "Close a connection that sends nothing for this long.").Default(allocstats.DefaultIdleTimeout.String()).SetValue(&durationFlag{"allocstats.idle-timeout", &o.idleTimeout})
+	app.Flag("allocstats.ttl", "Keep a process's allocator series this long after its connection closes (they go at once when it exits).").Default(allocstats.DefaultTTL.String()).SetValue(&durationFlag{"allocstats.ttl", &o.ttl})
+	app.Flag("allocstats.oom-reports", "How many out-of-memory reports /api/v1/oom-reports keeps.").Default(strconv.Itoa(oom.DefaultCapacity)).SetValue(&intFlag{"allocstats.oom-reports", &o.oomReports})
 	app.Version(version.Print(exporterName))
 	app.HelpFlag.Short('h')
 	if _, err := app.Parse(args); err != nil {
@@ -137,16 +137,55 @@ func (o *options) checkMetricsPath() error {
 	return nil
 }
 
-// octalMode is a file mode flag written in octal, as chmod takes it.
+// Flag values whose parse errors name their flag (kingpin's do not).
+
+// octalMode is a file mode written in octal, as chmod takes it.
 type octalMode os.FileMode
 
-func (m *octalMode) Set(s string) error {
+type octalFlag struct {
+	name string
+	m    *octalMode
+}
+
+func (f *octalFlag) Set(s string) error {
 	v, err := strconv.ParseUint(s, 8, 32)
 	if err != nil || v&^uint64(os.ModePerm) != 0 {
-		return fmt.Errorf("want permission bits in octal, such as 0666 or 0660; got %q", s)
+		return fmt.Errorf("--%s: want permission bits in octal, such as 0666 or 0660; got %q", f.name, s)
 	}
-	*m = octalMode(v)
+	*f.m = octalMode(v)
 	return nil
 }
 
-func (m *octalMode) String() string { return fmt.Sprintf("%#o", uint32(*m)) }
+func (f *octalFlag) String() string { return fmt.Sprintf("%#o", uint32(*f.m)) }
+
+type durationFlag struct {
+	name string
+	d    *time.Duration
+}
+
+func (f *durationFlag) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("--%s: want a duration such as 1s or 5m, got %q", f.name, s)
+	}
+	*f.d = d
+	return nil
+}
+
+func (f *durationFlag) String() string { return f.d.String() }
+
+type intFlag struct {
+	name string
+	v    *int
+}
+
+func (f *intFlag) Set(s string) error {
+	v, err := strconv.Atoi(s)
+	if err != nil {
+		return fmt.Errorf("--%s: want a whole number, got %q", f.name, s)
+	}
+	*f.v = v
+	return nil
+}
+
+func (f *intFlag) String() string { return strconv.Itoa(*f.v) }
