@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/go-kit/log"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 func TestLimiterAllowsABurstThenOnePerInterval(t *testing.T) {
@@ -54,4 +56,25 @@ func equal(a, b []bool) bool {
 		}
 	}
 	return true
+}
+
+func TestSetCountsSuppressedLinesPerPath(t *testing.T) {
+	var s Set
+	a1 := s.Path("a", 1, time.Hour)
+	a2 := s.Path("a", 1, time.Hour)
+	b := s.Path("b", 1, time.Hour)
+	for _, l := range []*Limiter{a1, a1, a1, a2, a2, b} {
+		l.Warn(log.NewNopLogger())
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(&s)
+	want := `
+# HELP gpumem_log_messages_suppressed_total Log lines of a rate-limited warning path that went out at debug level instead of warn, by path.
+# TYPE gpumem_log_messages_suppressed_total counter
+gpumem_log_messages_suppressed_total{path="a"} 3
+gpumem_log_messages_suppressed_total{path="b"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
+		t.Error(err)
+	}
 }
