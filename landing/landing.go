@@ -1,6 +1,9 @@
 // Package landing serves the exporter's landing page: what runs, links, and
 // a live picture of each GPU's memory split into context, active, inactive,
-// unattributed and free, with the last out-of-memory reports.
+// unattributed and free, with the last out-of-memory reports. Reports from
+// the last hour come first, above the GPUs; older ones sit collapsed at the
+// bottom. It is one server-rendered page without scripts or external
+// assets, laid out for screens from 400 px wide up.
 package landing
 
 import (
@@ -9,6 +12,8 @@ import (
 	"fmt"
 	"html/template"
 	"net/http"
+	"sort"
+	"time"
 
 	"github.com/gpumem/gpumem_exporter/attribution"
 	"github.com/gpumem/gpumem_exporter/oom"
@@ -18,8 +23,11 @@ import (
 var files embed.FS
 
 var page = template.Must(template.New("page.html").Funcs(template.FuncMap{
-	"bytes": FormatBytes,
-	"pct":   func(v, total uint64) string { return fmt.Sprintf("%.3f", percent(v, total)) },
+	"bytes":    FormatBytes,
+	"optbytes": optBytes,
+	"pct":      func(v, total uint64) string { return fmt.Sprintf("%.3f", percent(v, total)) },
+	"short":    shortRevision,
+	"seconds":  func(s float64) string { return fmt.Sprintf("%+.1f s", s) },
 }).ParseFS(files, "page.html"))
 
 // Config is what the page shows.
@@ -28,8 +36,24 @@ type Config struct {
 	// Sources is the join the page reads, the same as /metrics.
 	Sources attribution.Sources
 	NVMLUp  func() bool
+	// Reports lists the OOM reports, newest first.
 	Reports interface{ List() []oom.Report }
+	// Now is the clock that dates the reports (time.Now when nil).
+	Now func() time.Time
 }
+
+// RecentOOM is how long an OOM report counts as recent: while one is, the
+// reports come first on the page.
+const RecentOOM = time.Hour
+
+const (
+	// shownReports is how many recent reports the page shows open; the
+	// others are collapsed.
+	shownReports = 3
+	// topHolders is how many processes a report lists, largest first
+	// (the reporting process is added when it is not among them).
+	topHolders = 5
+)
 
 // Handler serves the landing page at "/" and 404 elsewhere.
 type Handler struct{ cfg Config }
@@ -56,11 +80,33 @@ type ProcessView struct {
 	Comm, Namespace, Pod, Container     string // when known
 }
 
+// OOMSection is the page's list of out-of-memory reports.
+type OOMSection struct {
+	// Recent: a report is younger than RecentOOM, so the section comes
+	// before the GPUs.
+	Recent bool
+	// Shown are the newest recent reports, open; Rest are the others,
+	// collapsed. Both are newest first.
+	Shown, Rest []ReportView
+	Total       int
+	NewestAge   string // how long ago the newest report came, "" without reports
+}
+
+// ReportView is one OOM report as the page shows it.
+type ReportView struct {
+	oom.Report
+	Age string // "12 min ago"
+	// Holders are the largest processes on the device at the time, and the
+	// reporting one; MoreHolders how many others the report has.
+	Holders     []oom.Process
+	MoreHolders int
+}
+
 type data struct {
 	Config
-	Up      bool
-	GPUs    []GPUView
-	Reports []oom.Report
+	Up   bool
+	GPUs []GPUView
+	OOM  OOMSection
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -73,8 +119,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		d.Up = h.cfg.NVMLUp()
 	}
 	d.GPUs = Split(h.cfg.Sources.Read())
+	now := time.Now
+	if h.cfg.Now != nil {
+		now = h.cfg.Now
+	}
 	if h.cfg.Reports != nil {
-		d.Reports = h.cfg.Reports.List()
+		d.OOM = OOMReports(h.cfg.Reports.List(), now())
 	}
 	var buf bytes.Buffer
 	if err := page.Execute(&buf, d); err != nil {
@@ -133,6 +183,81 @@ func Split(v attribution.View) []GPUView {
 		out = append(out, g)
 	}
 	return out
+}
+
+// OOMReports arranges OOM reports for the page: newest first, the newest
+// recent ones open, and whether any is recent at now.
+func OOMReports(list []oom.Report, now time.Time) OOMSection {
+	reports := make([]oom.Report, len(list))
+	copy(reports, list) // the list is shared: sort a copy
+	sort.SliceStable(reports, func(i, j int) bool { return reports[i].Time.After(reports[j].Time) })
+	s := OOMSection{Total: len(reports)}
+	for i := range reports {
+		v := reportView(&reports[i], now)
+		recent := now.Sub(reports[i].Time) < RecentOOM
+		if i == 0 {
+			s.Recent, s.NewestAge = recent, v.Age
+		}
+		if recent && len(s.Shown) < shownReports {
+			s.Shown = append(s.Shown, v)
+		} else {
+			s.Rest = append(s.Rest, v)
+		}
+	}
+	return s
+}
+
+func reportView(r *oom.Report, now time.Time) ReportView {
+	v := ReportView{Report: *r, Age: age(now.Sub(r.Time))}
+	n := min(topHolders, len(r.Processes))
+	v.Holders = append(v.Holders, r.Processes[:n]...)
+	for _, p := range r.Processes[n:] {
+		if p.Reporting {
+			v.Holders = append(v.Holders, p)
+			break
+		}
+	}
+	v.MoreHolders = len(r.Processes) - len(v.Holders)
+	return v
+}
+
+// age says how long ago something happened, in the largest whole unit.
+func age(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "just now" // the reporting clock runs ahead of ours
+	case d < time.Minute:
+		return fmt.Sprintf("%d s ago", int(d/time.Second))
+	case d < time.Hour:
+		return fmt.Sprintf("%d min ago", int(d/time.Minute))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%d h ago", int(d/time.Hour))
+	default:
+		return fmt.Sprintf("%d days ago", int(d/(24*time.Hour)))
+	}
+}
+
+// optBytes prints an optional byte count; "—" when it was not reported.
+func optBytes(b *uint64) string {
+	if b == nil {
+		return "—"
+	}
+	return FormatBytes(*b)
+}
+
+// shortRevision shortens a commit hash as git log --oneline does, a little
+// longer; anything that is not a long hex string stays whole.
+func shortRevision(rev string) string {
+	const n = 12
+	if len(rev) <= n {
+		return rev
+	}
+	for _, c := range rev {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return rev
+		}
+	}
+	return rev[:n]
 }
 
 func percent(v, total uint64) float64 {
