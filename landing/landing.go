@@ -1,9 +1,9 @@
 // Package landing serves the exporter's landing page: what runs, links, and
 // a live picture of each GPU's memory split into context, active, inactive,
-// unattributed and free, with the last out-of-memory reports. Reports from
-// the last hour come first, above the GPUs; older ones sit collapsed at the
-// bottom. It is one server-rendered page without scripts or external
-// assets, laid out for screens from 400 px wide up.
+// unattributed and free, with the last out-of-memory reports. The newest
+// reports, if under an hour old, come first, above the GPUs; the others
+// follow the GPUs. It is one server-rendered page without scripts or
+// external assets, laid out for screens from 400 px wide up.
 package landing
 
 import (
@@ -47,9 +47,9 @@ type Config struct {
 const RecentOOM = time.Hour
 
 const (
-	// shownReports is how many recent reports the page shows open; the
-	// others are collapsed.
-	shownReports = 3
+	// firstReports is how many recent reports come before the GPUs; the
+	// others follow them.
+	firstReports = 2
 	// topHolders is how many processes a report lists, largest first
 	// (the reporting process is added when it is not among them).
 	topHolders = 5
@@ -82,14 +82,11 @@ type ProcessView struct {
 
 // OOMSection is the page's list of out-of-memory reports.
 type OOMSection struct {
-	// Recent: a report is younger than RecentOOM, so the section comes
-	// before the GPUs.
-	Recent bool
-	// Shown are the newest recent reports, open; Rest are the others,
-	// collapsed. Both are newest first.
-	Shown, Rest []ReportView
-	Total       int
-	NewestAge   string // how long ago the newest report came, "" without reports
+	// First are the newest reports younger than RecentOOM, at most
+	// firstReports, shown above the GPUs; Later are the others, below
+	// them. Both are newest first.
+	First, Later []ReportView
+	Total        int
 }
 
 // ReportView is one OOM report as the page shows it.
@@ -186,7 +183,7 @@ func Split(v attribution.View) []GPUView {
 }
 
 // OOMReports arranges OOM reports for the page: newest first, the newest
-// recent ones open, and whether any is recent at now.
+// of those younger than RecentOOM at now first.
 func OOMReports(list []oom.Report, now time.Time) OOMSection {
 	reports := make([]oom.Report, len(list))
 	copy(reports, list) // the list is shared: sort a copy
@@ -194,14 +191,10 @@ func OOMReports(list []oom.Report, now time.Time) OOMSection {
 	s := OOMSection{Total: len(reports)}
 	for i := range reports {
 		v := reportView(&reports[i], now)
-		recent := now.Sub(reports[i].Time) < RecentOOM
-		if i == 0 {
-			s.Recent, s.NewestAge = recent, v.Age
-		}
-		if recent && len(s.Shown) < shownReports {
-			s.Shown = append(s.Shown, v)
+		if len(s.Later) == 0 && len(s.First) < firstReports && now.Sub(reports[i].Time) < RecentOOM {
+			s.First = append(s.First, v)
 		} else {
-			s.Rest = append(s.Rest, v)
+			s.Later = append(s.Later, v)
 		}
 	}
 	return s
