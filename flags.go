@@ -37,6 +37,11 @@ type options struct {
 	maxConnections         int
 	maxDevices             int
 	idleTimeout, ttl       time.Duration
+	maxConnectionsPerUID   int
+	maxProcesses           int
+	maxProcessesPerUID     int
+	maxBufferedBytes       int
+	unlistedGrace          time.Duration
 	oomReports             int
 	webConfig              *web.FlagConfig
 }
@@ -74,6 +79,11 @@ func parseFlags(app *kingpin.Application, args []string) (*options, error) {
 	app.Flag("allocstats.max-devices", "Most devices in one stats message, and per process.").Default(strconv.Itoa(allocstats.DefaultMaxDevices)).SetValue(&intFlag{"allocstats.max-devices", &o.maxDevices})
 	app.Flag("allocstats.idle-timeout", "Close a connection that sends nothing for this long.").Default(allocstats.DefaultIdleTimeout.String()).SetValue(&durationFlag{"allocstats.idle-timeout", &o.idleTimeout})
 	app.Flag("allocstats.ttl", "Keep a process's allocator series this long after its connection closes (they go at once when it exits).").Default(allocstats.DefaultTTL.String()).SetValue(&durationFlag{"allocstats.ttl", &o.ttl})
+	app.Flag("allocstats.max-connections-per-uid", "Most client connections of one uid at once.").Default(strconv.Itoa(allocstats.DefaultMaxConnectionsPerUID)).SetValue(&intFlag{"allocstats.max-connections-per-uid", &o.maxConnectionsPerUID})
+	app.Flag("allocstats.max-processes", "Most processes whose allocator state is kept at once; a new one beyond has its messages rejected.").Default(strconv.Itoa(allocstats.DefaultMaxProcesses)).SetValue(&intFlag{"allocstats.max-processes", &o.maxProcesses})
+	app.Flag("allocstats.max-processes-per-uid", "Most processes of one uid whose allocator state is kept at once.").Default(strconv.Itoa(allocstats.DefaultMaxProcessesPerUID)).SetValue(&intFlag{"allocstats.max-processes-per-uid", &o.maxProcessesPerUID})
+	app.Flag("allocstats.max-buffered-bytes", "Most memory all connections together hold in unfinished lines; beyond it the connection holding the most is closed (at least --allocstats.max-message-bytes).").Default(strconv.Itoa(allocstats.DefaultMaxBufferedBytes)).SetValue(&intFlag{"allocstats.max-buffered-bytes", &o.maxBufferedBytes})
+	app.Flag("allocstats.unlisted-grace", "Keep a process's allocator state on a GPU where NVML does not list the process this long, then drop it.").Default(allocstats.DefaultUnlistedGrace.String()).SetValue(&durationFlag{"allocstats.unlisted-grace", &o.unlistedGrace})
 	app.Flag("allocstats.oom-reports", "How many out-of-memory reports /api/v1/oom-reports keeps.").Default(strconv.Itoa(oom.DefaultCapacity)).SetValue(&intFlag{"allocstats.oom-reports", &o.oomReports})
 	app.Version(version.Print(exporterName))
 	app.HelpFlag.Short('h')
@@ -104,10 +114,15 @@ func (o *options) validate() error {
 		positive("nvml.poll-interval", o.pollInterval),
 		positive("allocstats.idle-timeout", o.idleTimeout),
 		positive("allocstats.ttl", o.ttl),
+		positive("allocstats.unlisted-grace", o.unlistedGrace),
 		atLeast("nvml.simulated.processes-per-gpu", o.simProcesses, 1),
 		atLeast("allocstats.max-message-bytes", o.maxMessageBytes, 64),
 		atLeast("allocstats.max-connections", o.maxConnections, 1),
 		atLeast("allocstats.max-devices", o.maxDevices, 1),
+		atLeast("allocstats.max-connections-per-uid", o.maxConnectionsPerUID, 1),
+		atLeast("allocstats.max-processes", o.maxProcesses, 1),
+		atLeast("allocstats.max-processes-per-uid", o.maxProcessesPerUID, 1),
+		atLeast("allocstats.max-buffered-bytes", o.maxBufferedBytes, o.maxMessageBytes),
 		atLeast("allocstats.oom-reports", o.oomReports, 1),
 		atLeast("web.max-connections", o.webMaxConnections, 1),
 	} {

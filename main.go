@@ -35,6 +35,7 @@ import (
 	"github.com/gpumem/gpumem_exporter/allocstats"
 	"github.com/gpumem/gpumem_exporter/attribution"
 	"github.com/gpumem/gpumem_exporter/collector"
+	"github.com/gpumem/gpumem_exporter/internal/ratelog"
 	"github.com/gpumem/gpumem_exporter/landing"
 	"github.com/gpumem/gpumem_exporter/nvmlpoll"
 	"github.com/gpumem/gpumem_exporter/oom"
@@ -179,6 +180,7 @@ func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, er
 
 	// Sources.
 	store := allocstats.NewStore(o.ttl)
+	store.SetProcessLimits(o.maxProcesses, o.maxProcessesPerUID)
 	routeLibraryLogs(bare)
 	podWatch, err := pods.Start(ctx, pods.Config{Kubeconfig: o.kubeconfig, NodeName: o.nodeName}, log.With(logger, "component", "kubernetes"))
 	if err != nil {
@@ -207,6 +209,7 @@ func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, er
 	cfg.OnPoll = []func(*nvmlpoll.Snapshot){func(s *nvmlpoll.Snapshot) {
 		resolver.Refresh(union(s.PIDs(), store.PIDs()))
 		store.Prune(time.Now(), alive)
+		store.DropUnlisted(time.Now(), o.unlistedGrace, listedOn(s, sim))
 	}}
 	poller := nvmlpoll.NewPoller(cfg)
 
@@ -227,7 +230,10 @@ func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, er
 		Interval:        o.pollInterval,
 		ServerVersion:   version.Version,
 		KnownDevice:     knownDevice(poller),
-		StartTime:       func(pid uint32) (uint64, error) { return workload.StartTime(o.procPath, pid) },
+		ProcPath:        o.procPath,
+
+		MaxConnectionsPerUID: o.maxConnectionsPerUID,
+		MaxBufferedBytes:     o.maxBufferedBytes,
 	}, store, log.With(logger, "component", "allocstats"))
 	if err != nil {
 		closeHealth()
@@ -252,7 +258,7 @@ func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, er
 	}
 	level.Info(logger).Log("msg", "enabled collectors", "collectors", strings.Join(collector.Enabled(), ","))
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(exp, versioncollector.NewCollector(exporterName))
+	reg.MustRegister(exp, versioncollector.NewCollector(exporterName), ratelog.Default)
 	if !o.disableExporterMetrics {
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
@@ -272,7 +278,7 @@ func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, er
 		fmt.Fprintln(w, "Healthy.")
 	})
 	healthMux.HandleFunc("/-/ready", func(w http.ResponseWriter, _ *http.Request) {
-		if ok, why := ready(poller); !ok {
+		if ok, why := ready(poller, srv); !ok {
 			http.Error(w, "Not ready: "+why, http.StatusServiceUnavailable)
 			return
 		}
@@ -306,8 +312,12 @@ func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, er
 	}, nil
 }
 
-// ready says whether /-/ready is green: NVML has been polled successfully.
-func ready(p *nvmlpoll.Poller) (bool, string) {
+// ready says whether /-/ready is green: the socket is in place and NVML
+// has been polled successfully.
+func ready(p *nvmlpoll.Poller, srv *allocstats.Server) (bool, string) {
+	if !srv.SocketReady() {
+		return false, "The allocator stats socket file vanished and cannot be recreated (see the log)."
+	}
 	if p.Ready() {
 		return true, ""
 	}
@@ -353,13 +363,45 @@ func union(a, b []uint32) []uint32 {
 	return out
 }
 
-// knownDevice matches a normalised UUID against the devices NVML lists.
-func knownDevice(p *nvmlpoll.Poller) func(string) (string, bool) {
-	return func(uuid string) (string, bool) {
+// knownDevice matches a normalised UUID against the devices NVML lists,
+// and gives the device's total memory (0 when unknown).
+func knownDevice(p *nvmlpoll.Poller) func(string) (string, uint64, bool) {
+	return func(uuid string) (string, uint64, bool) {
 		d, ok := p.Snapshot().Device(uuid)
 		if !ok {
-			return "", false
+			return "", 0, false
 		}
-		return d.UUID, true
+		var total uint64
+		if d.HasMemory {
+			total = d.Memory.Total
+		}
+		return d.UUID, total, true
+	}
+}
+
+// listedOn tells the store's DropUnlisted whether NVML lists pid on the
+// device uuid in snap. It answers true when it cannot tell: the device's
+// process list could not be read, or the simulated node, which never lists
+// real processes, is asked about one.
+func listedOn(snap *nvmlpoll.Snapshot, sim *simulate.Node) func(pid uint32, uuid string) bool {
+	return func(pid uint32, uuid string) bool {
+		if sim != nil {
+			if _, ok := sim.Alive(pid); !ok {
+				return true
+			}
+		}
+		d, ok := snap.Device(uuid)
+		if !ok {
+			return false
+		}
+		if !d.HasProcesses {
+			return true
+		}
+		for _, p := range d.Processes {
+			if p.PID == pid {
+				return true
+			}
+		}
+		return false
 	}
 }

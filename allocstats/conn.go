@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"time"
 
@@ -25,49 +24,64 @@ type welcome struct {
 // connection is the state of one client connection, owned by its goroutine.
 type connection struct {
 	s      *Server
-	c      *net.UnixConn
-	id     Identity
+	cs     *connState
+	peer   *peer
 	logger log.Logger
 	// entry is the store entry the connection feeds, nil before its first
 	// accepted message.
 	entry    *procEntry
 	welcomed bool
-	// complained: the first bad line is logged at warn, later ones at debug,
-	// so that a client sending garbage cannot flood the log.
-	complained bool
+	// lastMessage is when the last message was accepted (or the connection
+	// opened): the idle timeout counts from it, so blank lines, bad lines
+	// and a trickle of bytes do not keep a connection open.
+	lastMessage time.Time
 }
 
+// errClose: handleLine asks to close the connection.
+type errClose struct {
+	reason string
+	err    error
+}
+
+func (e *errClose) Error() string { return e.err.Error() }
+func (e *errClose) Unwrap() error { return e.err }
+
 // handle runs one connection until it closes.
-func (s *Server) handle(c *net.UnixConn) {
-	defer s.untrack(c)
-	pid, uid, err := s.peerCred(c)
+func (s *Server) handle(cs *connState, acceptedAt time.Duration) {
+	defer s.untrack(cs)
+	p, err := s.identify(cs.c, acceptedAt)
 	if err != nil {
-		s.connectionsRejected.WithLabelValues(rejectPeerCred).Inc()
-		lvl := level.Debug
-		s.peerCredWarn.Do(func() { lvl = level.Warn })
-		lvl(s.logger).Log("msg", "Closing allocstats connection without peer credentials", "err", err)
+		reason := rejectPeerCred
+		if errors.Is(err, errPeerGone) {
+			reason = rejectPeerGone
+		}
+		s.connectionsRejected.WithLabelValues(reason).Inc()
+		s.warnRefused.Warn(s.logger).Log("msg", "Refusing an allocstats connection whose process cannot be identified", "reason", reason, "err", err)
 		return
 	}
-	id := Identity{PID: pid, UID: uid}
-	if s.cfg.StartTime != nil {
-		st, err := s.cfg.StartTime(pid)
-		if err != nil {
-			// Pid reuse cannot be detected for this process; not fatal.
-			lvl := level.Debug
-			s.startTimeWarn.Do(func() { lvl = level.Warn })
-			lvl(s.logger).Log("msg", "Cannot read the start time of a connecting process; pid reuse will go unnoticed for it", "pid", pid, "err", err)
-		} else {
-			id.StartTime = st
-		}
+	if err := s.admit(cs, p); err != nil {
+		p.close()
+		s.connectionsRejected.WithLabelValues(rejectMaxConnectionsPerUID).Inc()
+		s.warnLimit.Warn(s.logger).Log("msg", "Connection limit of a uid reached, closing new allocstats connection",
+			"pid", p.id.PID, "uid", p.id.UID, "limit", s.cfg.MaxConnectionsPerUID)
+		return
 	}
 	conn := &connection{
-		s:      s,
-		c:      c,
-		id:     id,
-		logger: log.With(s.logger, "pid", pid, "uid", uid),
+		s:           s,
+		cs:          cs,
+		peer:        p,
+		logger:      log.With(s.logger, "pid", p.id.PID, "uid", p.id.UID),
+		lastMessage: time.Now(),
 	}
-	level.Debug(conn.logger).Log("msg", "allocstats connection opened", "start_time", id.StartTime)
+	level.Debug(conn.logger).Log("msg", "allocstats connection opened", "start_time", p.id.StartTime)
 	err = conn.serve()
+	var ec *errClose
+	if errors.As(err, &ec) {
+		s.connectionsClosed.WithLabelValues(ec.reason).Inc()
+	} else if r := cs.closeReason.Load(); r != nil {
+		s.connectionsClosed.WithLabelValues(*r).Inc()
+		err = fmt.Errorf("%s: %w", *r, err)
+	}
 	s.store.release(conn.entry, s.now())
 	level.Debug(conn.logger).Log("msg", "allocstats connection closed", "reason", err)
 }
@@ -75,9 +89,11 @@ func (s *Server) handle(c *net.UnixConn) {
 // serve reads lines until the connection ends and returns why it ended.
 func (cn *connection) serve() error {
 	s := cn.s
-	lr := newLineReader(cn.c, s.cfg.MaxMessageBytes)
+	lr := newLineReader(cn.cs.c, s.cfg.MaxMessageBytes, s.budget)
+	lr.onEvict = func() { cn.cs.closeFor(closeBufferBudget) }
+	defer lr.dropLine()
 	for {
-		if err := cn.c.SetReadDeadline(time.Now().Add(s.cfg.IdleTimeout)); err != nil {
+		if err := cn.cs.c.SetReadDeadline(cn.lastMessage.Add(s.cfg.IdleTimeout)); err != nil {
 			return fmt.Errorf("setting read deadline: %w", err)
 		}
 		line, err := lr.readLine()
@@ -85,9 +101,13 @@ func (cn *connection) serve() error {
 		case errors.Is(err, errLineTooLong):
 			s.messages.WithLabelValues(TypeUnknown, ResultOversize).Inc()
 			cn.complain(TypeUnknown, ResultOversize, fmt.Errorf("line over %d bytes, closing the connection", s.cfg.MaxMessageBytes))
-			return err
+			return &errClose{closeOversize, err}
+		case errors.Is(err, errBufferBudget):
+			s.warnLimit.Warn(cn.logger).Log("msg", "Closing an allocstats connection: the memory budget for unfinished lines is spent and it held the most",
+				"limit_bytes", s.cfg.MaxBufferedBytes)
+			return &errClose{closeBufferBudget, err}
 		case errors.Is(err, os.ErrDeadlineExceeded):
-			return fmt.Errorf("idle for %s", s.cfg.IdleTimeout)
+			return &errClose{closeIdle, fmt.Errorf("no message for %s", s.cfg.IdleTimeout)}
 		case errors.Is(err, io.EOF):
 			return err
 		case err != nil:
@@ -116,69 +136,106 @@ func (cn *connection) handleLine(line []byte) error {
 		cn.complain(de.Type, de.Result, err)
 		return nil
 	}
+	// The connection speaks for its process only while that process runs:
+	// a descriptor kept after the process exited (and its pid reused)
+	// speaks for nobody.
+	if !cn.peer.isAlive() {
+		s.messages.WithLabelValues(msg.Type, ResultRejected).Inc()
+		return &errClose{closeProcessGone, fmt.Errorf("process %d exited; its connection is closed", cn.peer.id.PID)}
+	}
 	now := s.now()
 	switch msg.Type {
 	case TypeHello:
-		cn.entry, err = s.store.hello(cn.entry, cn.id, msg.Hello)
-		if err != nil {
-			cn.reject(TypeHello, err)
-			return nil
-		}
-		s.messages.WithLabelValues(TypeHello, ResultOK).Inc()
-		if !cn.welcomed {
+		err = cn.bind(s.store.hello(cn.entry, cn.peer.id, msg.Hello))
+		if err == nil && !cn.welcomed {
+			s.messages.WithLabelValues(TypeHello, ResultOK).Inc()
 			cn.welcomed = true
+			cn.lastMessage = time.Now()
 			return cn.sendWelcome()
 		}
 	case TypeStats:
-		if err := cn.canonicalDevices(msg.Devices); err != nil {
-			cn.reject(TypeStats, err)
-			return nil
+		if err = cn.canonicalDevices(msg.Devices); err == nil {
+			err = cn.bind(s.store.stats(cn.entry, cn.peer.id, msg.Devices, now, s.cfg.MaxDevices))
 		}
-		cn.entry, err = s.store.stats(cn.entry, cn.id, msg.Devices, now, s.cfg.MaxDevices)
-		if err != nil {
-			cn.reject(TypeStats, err)
-			return nil
-		}
-		s.messages.WithLabelValues(TypeStats, ResultOK).Inc()
 	case TypeOOM:
-		canonical, ok := cn.knownDevice(msg.OOM.UUID)
+		canonical, total, ok := cn.knownDevice(msg.OOM.UUID)
 		if !ok {
-			cn.reject(TypeOOM, fmt.Errorf("unknown device %s", msg.OOM.UUID))
-			return nil
+			err = fmt.Errorf("unknown device %s", msg.OOM.UUID)
+			break
 		}
 		msg.OOM.UUID = canonical
-		cn.entry, _, err = s.store.oom(cn.entry, cn.id, msg.OOM, now, s.cfg.MaxDevices)
-		if err != nil {
-			cn.reject(TypeOOM, err)
-			return nil
-		}
-		s.messages.WithLabelValues(TypeOOM, ResultOK).Inc()
+		msg.OOM.LimitBytes = clampOptional(msg.OOM.LimitBytes, total)
+		msg.OOM.FreeBytes = clampOptional(msg.OOM.FreeBytes, total)
+		var e *procEntry
+		e, _, err = s.store.oom(cn.entry, cn.peer.id, msg.OOM, now, s.cfg.MaxDevices)
+		err = cn.bind(e, err)
 	}
+	if err != nil {
+		cn.reject(msg.Type, err)
+		if errors.Is(err, errProcessGone) {
+			return &errClose{closeProcessGone, err}
+		}
+		return nil
+	}
+	s.messages.WithLabelValues(msg.Type, ResultOK).Inc()
+	cn.lastMessage = time.Now()
 	return nil
 }
 
-// canonicalDevices replaces each UUID with NVML's spelling; it fails, and
-// the whole message is rejected, if NVML does not know one of them or two
-// entries name the same device.
+// bind records the entry a store call returned.
+func (cn *connection) bind(e *procEntry, err error) error {
+	if err == nil && e != cn.entry {
+		cn.entry = e
+		cn.cs.entry.Store(e)
+	}
+	return err
+}
+
+// canonicalDevices replaces each UUID with NVML's spelling and clamps the
+// byte counts to the device's memory; it fails, and the whole message is
+// rejected, if NVML does not know one of the devices or two entries name
+// the same device.
 func (cn *connection) canonicalDevices(devices []DeviceReport) error {
 	for i := range devices {
-		canonical, ok := cn.knownDevice(devices[i].UUID)
+		d := &devices[i]
+		canonical, total, ok := cn.knownDevice(d.UUID)
 		if !ok {
-			return fmt.Errorf("devices[%d]: unknown device %s", i, devices[i].UUID)
+			return fmt.Errorf("devices[%d]: unknown device %s", i, d.UUID)
 		}
 		for j := 0; j < i; j++ {
 			if devices[j].UUID == canonical {
 				return fmt.Errorf("devices[%d]: device %s listed twice", i, canonical)
 			}
 		}
-		devices[i].UUID = canonical
+		d.UUID = canonical
+		clampReport(d, total)
 	}
 	return nil
 }
 
-func (cn *connection) knownDevice(uuid string) (string, bool) {
+// clampReport caps every byte count of d at the device's total memory (0:
+// unknown, no cap): no process holds more than the device has, and a
+// client that says so cannot inflate sums.
+func clampReport(d *DeviceReport, total uint64) {
+	if total == 0 {
+		return
+	}
+	d.Reserved = min(d.Reserved, total)
+	for _, o := range []*Optional{&d.Active, &d.Allocated, &d.InactiveSplit, &d.PeakReserved, &d.PeakActive, &d.Limit} {
+		*o = clampOptional(*o, total)
+	}
+}
+
+func clampOptional(o Optional, total uint64) Optional {
+	if total > 0 && o.OK && o.V > total {
+		o.V = total
+	}
+	return o
+}
+
+func (cn *connection) knownDevice(uuid string) (string, uint64, bool) {
 	if cn.s.cfg.KnownDevice == nil {
-		return uuid, true
+		return uuid, 0, true
 	}
 	return cn.s.cfg.KnownDevice(uuid)
 }
@@ -188,13 +245,10 @@ func (cn *connection) reject(typ string, err error) {
 	cn.complain(typ, ResultRejected, err)
 }
 
+// complain logs a bad line, at warn within the node-wide budget of the
+// path and at debug beyond it.
 func (cn *connection) complain(typ, result string, err error) {
-	lvl := level.Debug
-	if !cn.complained {
-		cn.complained = true
-		lvl = level.Warn
-	}
-	lvl(cn.logger).Log("msg", "Bad allocstats message (later ones on this connection are logged at debug)", "type", typ, "result", result, "err", err)
+	cn.s.warnMessage.Warn(cn.logger).Log("msg", "Bad allocstats message", "type", typ, "result", result, "err", err)
 }
 
 func (cn *connection) sendWelcome() error {
@@ -208,10 +262,10 @@ func (cn *connection) sendWelcome() error {
 		return fmt.Errorf("encoding welcome: %w", err)
 	}
 	b = append(b, '\n')
-	if err := cn.c.SetWriteDeadline(time.Now().Add(writeTimeout)); err != nil {
+	if err := cn.cs.c.SetWriteDeadline(time.Now().Add(writeTimeout)); err != nil {
 		return fmt.Errorf("setting write deadline: %w", err)
 	}
-	if _, err := cn.c.Write(b); err != nil {
+	if _, err := cn.cs.c.Write(b); err != nil {
 		return fmt.Errorf("writing welcome: %w", err)
 	}
 	return nil

@@ -21,4 +21,21 @@ const (
 	DefaultIdleTimeout     = 5 * time.Minute
 	DefaultInterval        = time.Second
 	DefaultTTL             = 2 * time.Minute
+
+	// DefaultMaxConnectionsPerUID bounds the connections of one uid, so
+	// that one user cannot take every slot.
+	DefaultMaxConnectionsPerUID = 64
+	// DefaultMaxProcesses and DefaultMaxProcessesPerUID bound the
+	// reporting processes the store keeps (socket peers; fed processes are
+	// bounded by their source).
+	DefaultMaxProcesses       = 1024
+	DefaultMaxProcessesPerUID = 64
+	// DefaultMaxBufferedBytes bounds the memory all connections together
+	// hold in unfinished lines.
+	DefaultMaxBufferedBytes = 8 << 20
+	// DefaultUnlistedGrace is how long a process's state on a device where
+	// NVML does not list it is kept.
+	DefaultUnlistedGrace = 30 * time.Second
+	// DefaultProcPath is where the server reads a peer's start time and uid.
+	DefaultProcPath = "/proc"
 )

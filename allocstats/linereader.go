@@ -4,78 +4,116 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"time"
 )
 
 // errLineTooLong: a line exceeded the size limit.
 var errLineTooLong = errors.New("line too long")
 
-// lineReader reads '\n'-terminated lines with a buffer that starts small and
-// grows, by doubling, to at most max+1 bytes: one line of max bytes plus its
-// newline. Unlike bufio.Reader it does not keep a large buffer for clients
-// that send small lines.
+// readChunk is the fixed read buffer of a connection: all it holds while
+// idle. A line that does not fit in one read is gathered in a separate
+// buffer charged to the shared bufferBudget, and that buffer is dropped as
+// soon as the line is complete.
+const readChunk = 2048
+
+// lineReader reads '\n'-terminated lines of at most max bytes.
 type lineReader struct {
-	r          io.Reader
-	buf        []byte
-	start, end int // unread data is buf[start:end]
-	max        int
-	err        error // sticky read error, returned once the data is used up
+	r      io.Reader
+	max    int
+	budget *bufferBudget // nil: no shared budget (tests)
+
+	chunk  []byte
+	cs, ce int    // unread data is chunk[cs:ce]
+	line   []byte // an unfinished line carried over from earlier reads
+	done   bool   // line was returned: drop it at the next call
+	err    error  // sticky read error, returned once the data is used up
+
+	// Guarded by budget.mu.
+	charged int
+	since   time.Time
+	evicted bool
+	onEvict func()
 }
 
-const initialLineBuffer = 4096
-
-func newLineReader(r io.Reader, max int) *lineReader {
-	return &lineReader{r: r, buf: make([]byte, min(initialLineBuffer, max+1)), max: max}
+func newLineReader(r io.Reader, max int, budget *bufferBudget) *lineReader {
+	return &lineReader{r: r, max: max, budget: budget, chunk: make([]byte, min(readChunk, max+1))}
 }
 
 // readLine returns the next line without its newline. The slice is valid
 // until the next call. A last line without a newline is returned at EOF.
-// It returns errLineTooLong when a line has more than max bytes.
+// It returns errLineTooLong when a line has more than max bytes, and
+// errBufferBudget when the budget closed this connection.
 func (lr *lineReader) readLine() ([]byte, error) {
-	scanned := 0 // bytes of buf[start:end] known to hold no newline
+	if lr.done {
+		lr.done = false
+		lr.dropLine()
+	}
 	for {
-		if i := bytes.IndexByte(lr.buf[lr.start+scanned:lr.end], '\n'); i >= 0 {
-			line := lr.buf[lr.start : lr.start+scanned+i]
-			lr.start += scanned + i + 1
-			if len(line) > lr.max {
-				return nil, errLineTooLong
+		if i := bytes.IndexByte(lr.chunk[lr.cs:lr.ce], '\n'); i >= 0 {
+			part := lr.chunk[lr.cs : lr.cs+i]
+			lr.cs += i + 1
+			if lr.line == nil {
+				if len(part) > lr.max {
+					return nil, errLineTooLong
+				}
+				return part, nil
 			}
-			return line, nil
+			if err := lr.appendLine(part); err != nil {
+				return nil, err
+			}
+			lr.done = true
+			return lr.line, nil
 		}
-		scanned = lr.end - lr.start
-		if scanned > lr.max {
-			return nil, errLineTooLong
+		if lr.cs < lr.ce {
+			if err := lr.appendLine(lr.chunk[lr.cs:lr.ce]); err != nil {
+				return nil, err
+			}
 		}
+		lr.cs, lr.ce = 0, 0
 		if lr.err != nil {
-			if scanned > 0 {
-				line := lr.buf[lr.start:lr.end]
-				lr.start = lr.end
-				return line, nil
+			if lr.line != nil {
+				lr.done = true
+				return lr.line, nil
 			}
 			return nil, lr.err
 		}
-		if lr.end == len(lr.buf) {
-			lr.makeRoom()
-		}
-		n, err := lr.r.Read(lr.buf[lr.end:])
-		lr.end += n
+		n, err := lr.r.Read(lr.chunk)
+		lr.ce = n
 		if err != nil {
 			lr.err = err
 		}
 	}
 }
 
-// makeRoom moves unread data to the front, or grows the buffer when it is
-// full of one unfinished line.
-func (lr *lineReader) makeRoom() {
-	if lr.start > 0 {
-		n := copy(lr.buf, lr.buf[lr.start:lr.end])
-		lr.start, lr.end = 0, n
-		if lr.end < len(lr.buf) {
-			return
-		}
+// appendLine adds p to the unfinished line, within max and the budget.
+func (lr *lineReader) appendLine(p []byte) error {
+	need := len(lr.line) + len(p)
+	if need > lr.max {
+		return errLineTooLong
 	}
-	size := min(2*len(lr.buf), lr.max+1)
-	nb := make([]byte, size)
-	copy(nb, lr.buf[:lr.end])
-	lr.buf = nb
+	if need > cap(lr.line) {
+		size := min(max(2*cap(lr.line), need, 256), lr.max)
+		if lr.budget != nil {
+			if err := lr.budget.charge(lr, size); err != nil {
+				lr.line = nil
+				return err
+			}
+		}
+		nl := make([]byte, len(lr.line), size)
+		copy(nl, lr.line)
+		lr.line = nl
+	}
+	lr.line = append(lr.line, p...)
+	return nil
 }
+
+// dropLine forgets the unfinished line and returns its budget.
+func (lr *lineReader) dropLine() {
+	lr.line = nil
+	if lr.budget != nil {
+		lr.budget.release(lr)
+	}
+}
+
+// pending is how many bytes of an unfinished line are held.
+func (lr *lineReader) pending() int { return len(lr.line) + lr.ce - lr.cs }

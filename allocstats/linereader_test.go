@@ -30,7 +30,7 @@ func TestLineReader(t *testing.T) {
 			f    func(io.Reader) io.Reader
 		}{{"whole", func(r io.Reader) io.Reader { return r }}, {"bytewise", iotest.OneByteReader}} {
 			t.Run(tt.name+"/"+wrap.name, func(t *testing.T) {
-				lr := newLineReader(wrap.f(strings.NewReader(tt.input)), tt.max)
+				lr := newLineReader(wrap.f(strings.NewReader(tt.input)), tt.max, nil)
 				for i, w := range tt.want {
 					got, err := lr.readLine()
 					if err != nil || string(got) != w {
@@ -40,8 +40,8 @@ func TestLineReader(t *testing.T) {
 				if _, err := lr.readLine(); !errors.Is(err, tt.err) {
 					t.Errorf("after the lines: err = %v, want %v", err, tt.err)
 				}
-				if len(lr.buf) > tt.max+1 {
-					t.Errorf("buffer grew to %d bytes, over max+1 = %d", len(lr.buf), tt.max+1)
+				if cap(lr.line) > tt.max || len(lr.chunk) > tt.max+1 {
+					t.Errorf("buffers grew to %d and %d bytes, over max = %d", cap(lr.line), len(lr.chunk), tt.max)
 				}
 			})
 		}

@@ -5,31 +5,87 @@ package allocstats
 import (
 	"errors"
 	"fmt"
-	"net"
+	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
 
+// kernelConn is the part of *net.UnixConn that peer credentials need.
+type kernelConn interface {
+	SyscallConn() (syscall.RawConn, error)
+}
+
+// kernelPeerInfo is what the kernel recorded about a connection's peer
+// when it connected.
+type kernelPeerInfo struct {
+	pid, uid uint32
+	pidfd    *pidfd // nil where the kernel has no SO_PEERPIDFD
+}
+
 // peerCredentials returns the pid and uid of the process at the other end
-// of c, as the kernel recorded them when it connected (SO_PEERCRED). The
-// pid is in the daemon's PID namespace; 0 means the peer is outside it.
-func peerCredentials(c *net.UnixConn) (pid, uid uint32, err error) {
+// of c, as the kernel recorded them when it connected (SO_PEERCRED; the uid
+// is the effective one), and a pidfd of that process (SO_PEERPIDFD) where
+// the kernel has it. The pid is in the daemon's PID namespace; 0 means the
+// peer is outside it.
+func peerCredentials(c kernelConn) (kernelPeerInfo, error) {
 	raw, err := c.SyscallConn()
 	if err != nil {
-		return 0, 0, fmt.Errorf("peer credentials: %w", err)
+		return kernelPeerInfo{}, err
 	}
 	var cred *unix.Ucred
-	var credErr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	var credErr, fdErr error
+	fd := -1
+	if err := raw.Control(func(s uintptr) {
+		cred, credErr = unix.GetsockoptUcred(int(s), unix.SOL_SOCKET, unix.SO_PEERCRED)
+		if credErr == nil {
+			fd, fdErr = unix.GetsockoptInt(int(s), unix.SOL_SOCKET, unix.SO_PEERPIDFD)
+		}
 	}); err != nil {
-		return 0, 0, fmt.Errorf("peer credentials: %w", err)
+		return kernelPeerInfo{}, err
 	}
 	if credErr != nil {
-		return 0, 0, fmt.Errorf("peer credentials: getsockopt SO_PEERCRED: %w", credErr)
+		return kernelPeerInfo{}, fmt.Errorf("getsockopt SO_PEERCRED: %w", credErr)
 	}
 	if cred.Pid <= 0 {
-		return 0, 0, errors.New("peer credentials: the peer's pid is not visible in the daemon's PID namespace (run the daemon with the host PID namespace)")
+		if fdErr == nil {
+			unix.Close(fd)
+		}
+		return kernelPeerInfo{}, errors.New("the peer's pid is not visible in the daemon's PID namespace (run the daemon with the host PID namespace)")
 	}
-	return uint32(cred.Pid), cred.Uid, nil
+	kp := kernelPeerInfo{pid: uint32(cred.Pid), uid: cred.Uid}
+	switch {
+	case fdErr == nil:
+		kp.pidfd = &pidfd{fd: fd}
+	case errors.Is(fdErr, unix.ESRCH):
+		// Kernels before 6.16 give no pidfd of a peer that was reaped.
+		return kernelPeerInfo{}, fmt.Errorf("%w: pid %d exited before it could be identified", errPeerGone, cred.Pid)
+	}
+	// ENOPROTOOPT and the like: a kernel before 6.5, no pidfd.
+	return kp, nil
+}
+
+// pidfd is a process file descriptor: it names one process for as long as
+// it is open, whatever later happens to the pid number.
+type pidfd struct {
+	fd int
+}
+
+// alive reports whether the process still exists (a zombie counts: its pid
+// is not free for reuse until it is reaped).
+func (p *pidfd) alive() bool {
+	err := unix.PidfdSendSignal(p.fd, 0, nil, 0)
+	// EPERM: it exists, but a daemon without root may not signal it.
+	return err == nil || errors.Is(err, unix.EPERM)
+}
+
+func (p *pidfd) close() { unix.Close(p.fd) }
+
+// bootTime returns CLOCK_BOOTTIME, the clock of /proc's start times.
+func bootTime() time.Duration {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+		return 0
+	}
+	return time.Duration(ts.Nano())
 }

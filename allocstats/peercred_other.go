@@ -4,10 +4,27 @@ package allocstats
 
 import (
 	"errors"
-	"net"
+	"syscall"
+	"time"
 )
 
-// peerCredentials needs SO_PEERCRED, which only Linux has.
-func peerCredentials(*net.UnixConn) (pid, uid uint32, err error) {
-	return 0, 0, errors.New("peer credentials: SO_PEERCRED is only available on Linux")
+type kernelConn interface {
+	SyscallConn() (syscall.RawConn, error)
 }
+
+type kernelPeerInfo struct {
+	pid, uid uint32
+	pidfd    *pidfd
+}
+
+// peerCredentials needs SO_PEERCRED, which only Linux has.
+func peerCredentials(kernelConn) (kernelPeerInfo, error) {
+	return kernelPeerInfo{}, errors.New("SO_PEERCRED is only available on Linux")
+}
+
+type pidfd struct{}
+
+func (*pidfd) alive() bool { return false }
+func (*pidfd) close()      {}
+
+func bootTime() time.Duration { return 0 }

@@ -7,37 +7,52 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-kit/log"
 	"github.com/go-kit/log/level"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpumem/gpumem_exporter/internal/ratelog"
 )
 
 // writeTimeout bounds the welcome write, so that a client that never reads
 // cannot hold its connection's goroutine.
 const writeTimeout = 2 * time.Second
 
+// checkInterval is how often the server closes the connections of exited
+// processes and of removed entries, and checks that its socket file is
+// still there.
+const checkInterval = time.Second
+
 // Config configures a Server. Zero values take the defaults (Default…).
 type Config struct {
 	SocketPath string
 	// SocketExplicit says the user chose SocketPath: Listen then fails if it
-	// cannot be used, instead of falling back (see ResolveSocketPath).
+	// cannot be used (its directory must exist), instead of falling back
+	// (see ResolveSocketPath).
 	SocketExplicit  bool
-	SocketMode      os.FileMode   // of the socket file; identity comes from the kernel, not the mode
-	MaxMessageBytes int           // per line, newline excluded
-	MaxConnections  int           // open at once; more are accepted and closed at once
-	MaxDevices      int           // per stats message, and per process
-	IdleTimeout     time.Duration // a connection silent this long is closed
-	Interval        time.Duration // push interval advertised in welcome
-	ServerVersion   string        // advertised in welcome
-	// KnownDevice maps a normalised UUID to NVML's spelling, false when NVML
-	// does not know the device. Nil accepts every well-formed UUID as is.
-	KnownDevice func(uuid string) (canonical string, ok bool)
-	// StartTime returns a process's start time (/proc/<pid>/stat field 22),
-	// read when a connection opens so that a reused pid never inherits
-	// another process's series. Nil, or an error, leaves it unknown (0).
-	StartTime func(pid uint32) (uint64, error)
+	SocketMode      os.FileMode // of the socket file; identity comes from the kernel, not the mode
+	MaxMessageBytes int         // per line, newline excluded
+	MaxConnections  int         // open at once; more are accepted and closed at once
+	// MaxConnectionsPerUID bounds the open connections of one uid.
+	MaxConnectionsPerUID int
+	// MaxBufferedBytes bounds the memory of unfinished lines over all
+	// connections; at least MaxMessageBytes.
+	MaxBufferedBytes int
+	MaxDevices       int           // per stats message, and per process
+	IdleTimeout      time.Duration // a connection without an accepted message this long is closed
+	Interval         time.Duration // push interval advertised in welcome
+	ServerVersion    string        // advertised in welcome
+	// KnownDevice maps a normalised UUID to NVML's spelling and the
+	// device's total memory (0 when unknown), ok false when NVML does not
+	// know the device. Byte counts a client sends are clamped to the
+	// total. Nil accepts every well-formed UUID as is, unclamped.
+	KnownDevice func(uuid string) (canonical string, totalBytes uint64, ok bool)
+	// ProcPath is procfs, where a peer's start time and uid are read
+	// (the host's /proc: the daemon runs in the host PID namespace).
+	ProcPath string
 }
 
 func (c *Config) setDefaults() error {
@@ -53,6 +68,12 @@ func (c *Config) setDefaults() error {
 	if c.MaxConnections == 0 {
 		c.MaxConnections = DefaultMaxConnections
 	}
+	if c.MaxConnectionsPerUID == 0 {
+		c.MaxConnectionsPerUID = DefaultMaxConnectionsPerUID
+	}
+	if c.MaxBufferedBytes == 0 {
+		c.MaxBufferedBytes = max(DefaultMaxBufferedBytes, c.MaxMessageBytes)
+	}
 	if c.MaxDevices == 0 {
 		c.MaxDevices = DefaultMaxDevices
 	}
@@ -65,11 +86,18 @@ func (c *Config) setDefaults() error {
 	if c.ServerVersion == "" {
 		c.ServerVersion = "unknown"
 	}
+	if c.ProcPath == "" {
+		c.ProcPath = DefaultProcPath
+	}
 	switch {
 	case c.MaxMessageBytes < 64:
 		return fmt.Errorf("max message bytes %d: must be at least 64", c.MaxMessageBytes)
 	case c.MaxConnections < 0:
 		return fmt.Errorf("max connections %d: must be positive", c.MaxConnections)
+	case c.MaxConnectionsPerUID < 0:
+		return fmt.Errorf("max connections per uid %d: must be positive", c.MaxConnectionsPerUID)
+	case c.MaxBufferedBytes < c.MaxMessageBytes:
+		return fmt.Errorf("max buffered bytes %d: must be at least the max message bytes, %d", c.MaxBufferedBytes, c.MaxMessageBytes)
 	case c.MaxDevices < 0:
 		return fmt.Errorf("max devices %d: must be positive", c.MaxDevices)
 	case c.IdleTimeout < 0:
@@ -87,31 +115,70 @@ type Server struct {
 	cfg    Config
 	store  *Store
 	logger log.Logger
+	budget *bufferBudget
 
 	connections         prometheus.Gauge
 	messages            *prometheus.CounterVec
 	connectionsRejected *prometheus.CounterVec
+	connectionsClosed   *prometheus.CounterVec
+
+	// Node-wide limits on the warning paths: no client, however many
+	// connections it opens, floods the log.
+	warnMessage, warnRefused, warnLimit, warnAccept, warnSocket *ratelog.Limiter
 
 	// Replaced in tests.
-	now      func() time.Time
-	peerCred func(*net.UnixConn) (pid, uid uint32, err error)
-
-	startTimeWarn sync.Once
-	peerCredWarn  sync.Once
+	now          func() time.Time
+	identify     func(c kernelConn, acceptedAt time.Duration) (*peer, error)
+	kernelPeer   func(kernelConn) (kernelPeerInfo, error)
+	readProcInfo func(pid uint32) (procInfo, error)
+	checkEvery   time.Duration
 
 	mu       sync.Mutex
 	listener *net.UnixListener
-	conns    map[*net.UnixConn]struct{}
+	sock     socketFile // what Listen created, to unlink only that
+	socketOK bool       // the socket file is ours and in place
+	conns    map[*connState]struct{}
+	perUID   map[uint32]int // open identified connections per uid
 	serving  bool
 	closing  bool
 	wg       sync.WaitGroup
 }
 
+// connState is one open connection as the server tracks it.
+type connState struct {
+	c *net.UnixConn
+	// Set under Server.mu once the peer is identified and admitted.
+	peer *peer
+	// entry is the store entry the connection feeds (nil before its first
+	// accepted message); the periodic check closes the connection when the
+	// entry is removed.
+	entry atomic.Pointer[procEntry]
+	// closeReason, when set, says why the server closed the connection.
+	closeReason atomic.Pointer[string]
+}
+
+// closeFor closes the connection from outside its goroutine, noting why.
+func (cs *connState) closeFor(reason string) {
+	cs.closeReason.CompareAndSwap(nil, &reason)
+	cs.c.Close()
+}
+
 // Connection rejection reasons (label reason of
 // gpumem_allocstats_connections_rejected_total).
 const (
-	rejectMaxConnections = "max_connections"
-	rejectPeerCred       = "peer_credentials"
+	rejectMaxConnections       = "max_connections"
+	rejectMaxConnectionsPerUID = "max_connections_per_uid"
+	rejectPeerCred             = "peer_credentials"
+	rejectPeerGone             = "peer_gone"
+)
+
+// Reasons the server closes a connection it had admitted (label reason of
+// gpumem_allocstats_connections_closed_total).
+const (
+	closeIdle         = "idle"
+	closeOversize     = "oversize"
+	closeBufferBudget = "buffer_budget"
+	closeProcessGone  = "process_gone"
 )
 
 // messageLabels are the type/result pairs that can occur; they are
@@ -140,6 +207,7 @@ func NewServer(cfg Config, store *Store, logger log.Logger) (*Server, error) {
 		cfg:    cfg,
 		store:  store,
 		logger: logger,
+		budget: newBufferBudget(cfg.MaxBufferedBytes),
 		connections: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: prometheus.BuildFQName("gpumem", "allocstats", "connections"),
 			Help: "Open connections on the allocator stats socket.",
@@ -150,17 +218,34 @@ func NewServer(cfg Config, store *Store, logger log.Logger) (*Server, error) {
 		}, []string{"type", "result"}),
 		connectionsRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: prometheus.BuildFQName("gpumem", "allocstats", "connections_rejected_total"),
-			Help: "Connections closed at once: over the connection limit, or without peer credentials.",
+			Help: "Connections closed at once: over a connection limit, without peer credentials, or whose process was gone before it could be identified.",
 		}, []string{"reason"}),
-		now:      time.Now,
-		peerCred: peerCredentials,
-		conns:    make(map[*net.UnixConn]struct{}),
+		connectionsClosed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: prometheus.BuildFQName("gpumem", "allocstats", "connections_closed_total"),
+			Help: "Admitted connections the daemon closed: idle, an oversize line, the buffer budget spent, or the process gone (exited, or its entry removed).",
+		}, []string{"reason"}),
+		warnMessage: ratelog.Path("allocstats_bad_message", 10, 6*time.Second),
+		warnRefused: ratelog.Path("allocstats_connection_refused", 10, 6*time.Second),
+		warnLimit:   ratelog.Path("allocstats_limit", 10, 6*time.Second),
+		warnAccept:  ratelog.Path("allocstats_accept", 5, 10*time.Second),
+		warnSocket:  ratelog.Path("allocstats_socket", 5, 10*time.Second),
+		now:         time.Now,
+		kernelPeer:  peerCredentials,
+		checkEvery:  checkInterval,
+		conns:       make(map[*connState]struct{}),
+		perUID:      make(map[uint32]int),
 	}
+	s.identify = s.identifyPeer
+	s.readProcInfo = func(pid uint32) (procInfo, error) { return readProcInfo(s.cfg.ProcPath, pid) }
 	for _, l := range messageLabels {
 		s.messages.WithLabelValues(l[0], l[1])
 	}
-	s.connectionsRejected.WithLabelValues(rejectMaxConnections)
-	s.connectionsRejected.WithLabelValues(rejectPeerCred)
+	for _, r := range []string{rejectMaxConnections, rejectMaxConnectionsPerUID, rejectPeerCred, rejectPeerGone} {
+		s.connectionsRejected.WithLabelValues(r)
+	}
+	for _, r := range []string{closeIdle, closeOversize, closeBufferBudget, closeProcessGone} {
+		s.connectionsClosed.WithLabelValues(r)
+	}
 	return s, nil
 }
 
@@ -169,6 +254,7 @@ func (s *Server) Describe(ch chan<- *prometheus.Desc) {
 	s.connections.Describe(ch)
 	s.messages.Describe(ch)
 	s.connectionsRejected.Describe(ch)
+	s.connectionsClosed.Describe(ch)
 }
 
 // Collect implements prometheus.Collector.
@@ -176,6 +262,7 @@ func (s *Server) Collect(ch chan<- prometheus.Metric) {
 	s.connections.Collect(ch)
 	s.messages.Collect(ch)
 	s.connectionsRejected.Collect(ch)
+	s.connectionsClosed.Collect(ch)
 }
 
 // Close closes the listener (removing the socket file) and every
@@ -191,10 +278,19 @@ func (s *Server) SocketPath() string {
 	return s.cfg.SocketPath
 }
 
+// SocketReady reports whether the socket file the server created is in
+// place (false before Listen, and while a vanished socket could not be
+// recreated), for /-/ready.
+func (s *Server) SocketReady() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.socketOK && !s.closing
+}
+
 // Listen creates the socket: the path resolved with ResolveSocketPath
-// (SocketExplicit, SocketPath), the directory (0755) created if missing, a
-// stale socket file of a dead daemon removed, the file mode set. It fails
-// when another daemon answers on the path or the path cannot be used.
+// (SocketExplicit, SocketPath), a stale socket file of a dead daemon
+// removed, the file mode set. It fails when another daemon answers on the
+// path or the path cannot be used.
 func (s *Server) Listen() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -210,18 +306,26 @@ func (s *Server) Listen() error {
 			"default", s.cfg.SocketPath, "socket", path)
 		s.cfg.SocketPath = path
 	}
-	l, err := listenUnix(path, s.cfg.SocketMode)
+	l, sock, err := listenUnix(path, s.cfg.SocketMode)
 	if err != nil {
 		return err
 	}
-	s.listener = l
+	s.listener, s.sock, s.socketOK = l, sock, true
 	level.Info(s.logger).Log("msg", "Listening for allocator stats", "socket", path, "mode", fmt.Sprintf("%#o", s.cfg.SocketMode))
 	return nil
 }
 
+// acceptResult is what an accept loop ends with.
+type acceptResult struct {
+	l   *net.UnixListener
+	err error
+}
+
 // Serve accepts connections until ctx is done, then closes the listener
 // (which removes the socket file) and every connection, and waits for their
-// goroutines. It returns nil after a shutdown through ctx.
+// goroutines. It returns nil after a shutdown through ctx. Every second it
+// closes the connections of exited processes and of removed entries, and
+// recreates the socket file if it vanished.
 func (s *Server) Serve(ctx context.Context) error {
 	s.mu.Lock()
 	l := s.listener
@@ -239,23 +343,51 @@ func (s *Server) Serve(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, func() { s.shutdown() })
 	defer stop()
 
+	ended := make(chan acceptResult, 4)
+	go s.acceptLoop(ctx, l, ended)
+	tick := time.NewTicker(s.checkEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			s.shutdown()
+			s.wg.Wait()
+			return nil
+		case r := <-ended:
+			s.mu.Lock()
+			current := r.l == s.listener
+			s.mu.Unlock()
+			if !current {
+				continue // replaced by a recreated socket
+			}
+			s.shutdown()
+			s.wg.Wait()
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("allocstats listener closed: %w", r.err)
+		case <-tick.C:
+			s.closeStale()
+			if nl := s.checkSocket(); nl != nil {
+				go s.acceptLoop(ctx, nl, ended)
+			}
+		}
+	}
+}
+
+// acceptLoop accepts on l until it is closed.
+func (s *Server) acceptLoop(ctx context.Context, l *net.UnixListener, ended chan<- acceptResult) {
 	var backoff time.Duration
 	for {
 		c, err := l.AcceptUnix()
 		if err != nil {
-			if ctx.Err() != nil {
-				s.shutdown()
-				s.wg.Wait()
-				return nil
-			}
-			if errors.Is(err, net.ErrClosed) {
-				s.shutdown()
-				s.wg.Wait()
-				return fmt.Errorf("allocstats listener closed: %w", err)
+			if errors.Is(err, net.ErrClosed) || ctx.Err() != nil {
+				ended <- acceptResult{l, err}
+				return
 			}
 			// Out of file descriptors and the like: back off, as net/http does.
 			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			level.Warn(s.logger).Log("msg", "Accepting allocstats connection failed", "err", err, "retry_in", backoff)
+			s.warnAccept.Warn(s.logger).Log("msg", "Accepting allocstats connection failed", "err", err, "retry_in", backoff)
 			select {
 			case <-time.After(backoff):
 			case <-ctx.Done():
@@ -263,26 +395,29 @@ func (s *Server) Serve(ctx context.Context) error {
 			continue
 		}
 		backoff = 0
-		switch err := s.track(c); {
+		acceptedAt := bootTime()
+		cs := &connState{c: c}
+		switch err := s.track(cs); {
 		case errors.Is(err, errConnectionLimit):
 			s.connectionsRejected.WithLabelValues(rejectMaxConnections).Inc()
-			level.Debug(s.logger).Log("msg", "Connection limit reached, closing new allocstats connection", "limit", s.cfg.MaxConnections)
+			s.warnLimit.Warn(s.logger).Log("msg", "Connection limit reached, closing new allocstats connection", "limit", s.cfg.MaxConnections)
 			c.Close()
 		case err != nil:
 			c.Close()
 		default:
-			go s.handle(c)
+			go s.handle(cs, acceptedAt)
 		}
 	}
 }
 
 var (
-	errConnectionLimit = errors.New("connection limit reached")
-	errShuttingDown    = errors.New("shutting down")
+	errConnectionLimit       = errors.New("connection limit reached")
+	errConnectionLimitForUID = errors.New("connection limit of the uid reached")
+	errShuttingDown          = errors.New("shutting down")
 )
 
 // track registers an accepted connection.
-func (s *Server) track(c *net.UnixConn) error {
+func (s *Server) track(cs *connState) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing {
@@ -291,32 +426,103 @@ func (s *Server) track(c *net.UnixConn) error {
 	if len(s.conns) >= s.cfg.MaxConnections {
 		return errConnectionLimit
 	}
-	s.conns[c] = struct{}{}
+	s.conns[cs] = struct{}{}
 	s.wg.Add(1)
 	s.connections.Inc()
 	return nil
 }
 
-func (s *Server) untrack(c *net.UnixConn) {
+// admit binds an identified peer to its connection, within the uid's
+// connection limit.
+func (s *Server) admit(cs *connState, p *peer) error {
 	s.mu.Lock()
-	if _, ok := s.conns[c]; ok {
-		delete(s.conns, c)
+	defer s.mu.Unlock()
+	if s.perUID[p.id.UID] >= s.cfg.MaxConnectionsPerUID {
+		return errConnectionLimitForUID
+	}
+	s.perUID[p.id.UID]++
+	cs.peer = p
+	return nil
+}
+
+func (s *Server) untrack(cs *connState) {
+	s.mu.Lock()
+	if _, ok := s.conns[cs]; ok {
+		delete(s.conns, cs)
 		s.connections.Dec()
 	}
+	if p := cs.peer; p != nil {
+		if s.perUID[p.id.UID]--; s.perUID[p.id.UID] <= 0 {
+			delete(s.perUID, p.id.UID)
+		}
+		// Under the lock: closeStale never asks a closed pidfd.
+		p.close()
+	}
 	s.mu.Unlock()
-	c.Close()
+	cs.c.Close()
 	s.wg.Done()
+}
+
+// closeStale closes the connections whose process exited (where that is
+// cheap to ask: a pidfd) or whose store entry was removed, so that their
+// clients reconnect and their slots are free.
+func (s *Server) closeStale() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for cs := range s.conns {
+		if e := cs.entry.Load(); e != nil && e.removed.Load() {
+			cs.closeFor(closeProcessGone)
+			continue
+		}
+		if p := cs.peer; p != nil && p.sweep && !p.isAlive() {
+			cs.closeFor(closeProcessGone)
+		}
+	}
 }
 
 // shutdown closes the listener and every connection; idempotent.
 func (s *Server) shutdown() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.closing = true
-	if s.listener != nil {
+	if !s.closing && s.listener != nil {
+		s.listener.SetUnlinkOnClose(false)
 		s.listener.Close()
+		s.sock.remove()
 	}
-	for c := range s.conns {
-		c.Close()
+	s.closing = true
+	for cs := range s.conns {
+		cs.c.Close()
 	}
+}
+
+// checkSocket checks that the socket file is still the one the server
+// created. When it vanished (or another file took its place and nobody
+// answers there), it creates a new socket and returns its listener, which
+// the caller serves; the old listener is closed. While no socket can be
+// made, SocketReady is false.
+func (s *Server) checkSocket() *net.UnixListener {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing || s.listener == nil {
+		return nil
+	}
+	if s.sock.inPlace() {
+		if !s.socketOK {
+			level.Info(s.logger).Log("msg", "The allocstats socket is back", "socket", s.sock.path)
+		}
+		s.socketOK = true
+		return nil
+	}
+	s.socketOK = false
+	l, sock, err := listenUnix(s.sock.path, s.cfg.SocketMode)
+	if err != nil {
+		s.warnSocket.Warn(s.logger).Log("msg", "The allocstats socket file vanished or was replaced, and cannot be recreated; clients cannot connect (/-/ready fails)", "socket", s.sock.path, "err", err)
+		return nil
+	}
+	s.warnSocket.Warn(s.logger).Log("msg", "The allocstats socket file vanished or was replaced; recreated it", "socket", s.sock.path)
+	old := s.listener
+	old.SetUnlinkOnClose(false)
+	s.listener, s.sock, s.socketOK = l, sock, true
+	old.Close()
+	return l
 }

@@ -20,6 +20,9 @@ import (
 	dto "github.com/prometheus/client_model/go"
 )
 
+// testTotalBytes is the memory of the test devices (an H200's).
+const testTotalBytes = 150754820096
+
 type testServer struct {
 	srv   *Server
 	store *Store
@@ -46,8 +49,8 @@ func startServer(t *testing.T, configure func(*Config), hooks ...func(*Server)) 
 		SocketPath:    filepath.Join(shortTempDir(t), "s.sock"),
 		Interval:      1500 * time.Millisecond,
 		ServerVersion: "test",
-		KnownDevice: func(uuid string) (string, bool) {
-			return uuid, uuid == testUUID || uuid == testUUID2
+		KnownDevice: func(uuid string) (string, uint64, bool) {
+			return uuid, testTotalBytes, uuid == testUUID || uuid == testUUID2
 		},
 	}
 	if configure != nil {
@@ -193,8 +196,8 @@ func TestServerAnswersHelloWithWelcome(t *testing.T) {
 }
 
 func TestServerTakesIdentityFromTheKernelNotTheMessage(t *testing.T) {
-	ts := startServer(t, func(c *Config) {
-		c.StartTime = func(pid uint32) (uint64, error) { return 777, nil }
+	ts := startServer(t, nil, func(s *Server) {
+		s.readProcInfo = func(pid uint32) (procInfo, error) { return procInfo{startTime: 777, euid: uint32(os.Getuid())}, nil }
 	})
 	c := dial(t, ts.path)
 	c.send(`{"v":1,"type":"stats","pid":1,"uid":0,"devices":[{"uuid":"` + testUUIDHex + `","reserved_bytes":918,"pid":1}]}`)
@@ -213,8 +216,10 @@ func TestServerTakesIdentityFromTheKernelNotTheMessage(t *testing.T) {
 
 func TestServerReusedPIDDoesNotInheritSeries(t *testing.T) {
 	var starts atomic.Uint64
-	ts := startServer(t, func(c *Config) {
-		c.StartTime = func(pid uint32) (uint64, error) { return 1000 + starts.Add(1), nil }
+	ts := startServer(t, nil, func(s *Server) {
+		s.readProcInfo = func(pid uint32) (procInfo, error) {
+			return procInfo{startTime: 1000 + starts.Add(1), euid: uint32(os.Getuid())}, nil
+		}
 	})
 	pid := uint32(os.Getpid())
 	old := dial(t, ts.path)
@@ -232,11 +237,13 @@ func TestServerReusedPIDDoesNotInheritSeries(t *testing.T) {
 		t.Errorf("the new process inherited state: %+v, want ooms 1 and reserved 7", d)
 	}
 
-	// The old process's connection no longer feeds the store.
+	// The old process's connection no longer feeds the store: it is
+	// closed, so that its client (were it alive) would reconnect.
 	old.send(statsLine(testUUID, 99, ""))
-	eventually(t, "the old connection's stats are rejected", func() bool {
-		return ts.messages(t, TypeStats, ResultRejected) == 1
-	})
+	old.expectClosed(5 * time.Second)
+	if got := ts.messages(t, TypeStats, ResultRejected); got != 1 {
+		t.Errorf("stats rejected = %v, want the old connection's 1", got)
+	}
 	if d := mustDevice(t, mustProcess(t, ts.store, pid), testUUID); d.Reserved != 7 {
 		t.Errorf("the old connection overwrote the new process: reserved %d", d.Reserved)
 	}
@@ -321,8 +328,8 @@ func TestServerRejectsUnknownDevices(t *testing.T) {
 
 func TestServerCanonicalisesUUIDsThroughNVML(t *testing.T) {
 	ts := startServer(t, func(c *Config) {
-		c.KnownDevice = func(uuid string) (string, bool) {
-			return "GPU-NVML-SPELLING", uuid == testUUID
+		c.KnownDevice = func(uuid string) (string, uint64, bool) {
+			return "GPU-NVML-SPELLING", 0, uuid == testUUID
 		}
 	})
 	c := dial(t, ts.path)
@@ -430,7 +437,7 @@ func TestServerEnforcesMaxConnections(t *testing.T) {
 
 func TestServerClosesConnectionsWithoutPeerCredentials(t *testing.T) {
 	ts := startServer(t, nil, func(s *Server) {
-		s.peerCred = func(*net.UnixConn) (uint32, uint32, error) { return 0, 0, errors.New("no credentials") }
+		s.kernelPeer = func(kernelConn) (kernelPeerInfo, error) { return kernelPeerInfo{}, errors.New("no credentials") }
 	})
 	dial(t, ts.path).expectClosed(5 * time.Second)
 	eventually(t, "the rejection is counted", func() bool {
@@ -454,8 +461,11 @@ func TestServerClientThatNeverReadsDoesNotBlockOthers(t *testing.T) {
 func TestServerManyConcurrentClients(t *testing.T) {
 	const n = 1000
 	var nextPID atomic.Uint32
-	ts := startServer(t, func(c *Config) { c.MaxConnections = 2 * n }, func(s *Server) {
-		s.peerCred = func(*net.UnixConn) (uint32, uint32, error) { return 10000 + nextPID.Add(1), 1000, nil }
+	ts := startServer(t, func(c *Config) { c.MaxConnections, c.MaxConnectionsPerUID = 2*n, 2*n }, func(s *Server) {
+		s.store.SetProcessLimits(2*n, 2*n)
+		s.identify = func(kernelConn, time.Duration) (*peer, error) {
+			return &peer{id: Identity{PID: 10000 + nextPID.Add(1), UID: 1000, StartTime: 1}}, nil
+		}
 	})
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
@@ -566,7 +576,7 @@ func TestServerPreinitialisesMessageCounters(t *testing.T) {
 		counts[mf.GetName()] = len(mf.GetMetric())
 	}
 	if counts["gpumem_allocstats_messages_total"] != len(messageLabels) || counts["gpumem_allocstats_connections"] != 1 ||
-		counts["gpumem_allocstats_connections_rejected_total"] != 2 {
+		counts["gpumem_allocstats_connections_rejected_total"] != 4 || counts["gpumem_allocstats_connections_closed_total"] != 4 {
 		t.Errorf("series per metric at start: %v", counts)
 	}
 }

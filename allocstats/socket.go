@@ -20,13 +20,16 @@ const maxSocketPathLen = 107
 // socketFileName is the socket's name in the fallback directories.
 const socketFileName = "allocstats.sock"
 
-// ResolveSocketPath decides where the socket goes and creates its
-// directory (0755). explicit says the user gave path: if its directory
-// cannot be created or written, that is an error. Otherwise (path is the
-// default, or empty) and /run/gpumem is not usable, as for a user without
-// root, it falls back to $XDG_RUNTIME_DIR/gpumem/allocstats.sock, then to
-// <os.TempDir()>/gpumem-<uid>/allocstats.sock (a directory that must be
-// owned by the user). The caller should log the result.
+// ResolveSocketPath decides where the socket goes. explicit says the user
+// gave path: its directory must then exist and be writable (it is never
+// created: a typo must not make a directory nobody watches). Otherwise
+// (path is the default, or empty) the directory is created (0755) if
+// needed, and when that fails, as for a user without root, it falls back to
+// $XDG_RUNTIME_DIR/gpumem/allocstats.sock, then to
+// <os.TempDir()>/gpumem-<uid>/allocstats.sock. A fallback directory must be
+// a real directory owned by the daemon's uid that no other user can write
+// to, or another user could own the socket's directory. The caller should
+// log the result.
 func ResolveSocketPath(explicit bool, path string) (string, error) {
 	return resolveSocketPath(explicit, path, os.Getenv("XDG_RUNTIME_DIR"), os.TempDir(), os.Getuid())
 }
@@ -35,52 +38,70 @@ func resolveSocketPath(explicit bool, path, xdgRuntimeDir, tmpDir string, uid in
 	if path == "" {
 		path, explicit = DefaultSocketPath, false
 	}
-	err := prepareSocketDir(path, -1)
-	if err == nil {
+	if explicit {
+		if err := checkSocketDir(path, dirPolicy{owner: -1}); err != nil {
+			return "", fmt.Errorf("cannot use allocstats socket %s: %w", path, err)
+		}
 		return path, nil
 	}
-	if explicit {
-		return "", fmt.Errorf("cannot use allocstats socket %s: %w", path, err)
+	err := checkSocketDir(path, dirPolicy{create: 0o755, owner: -1})
+	if err == nil {
+		return path, nil
 	}
 	errs := []error{err}
 	if xdgRuntimeDir != "" && filepath.IsAbs(xdgRuntimeDir) {
 		p := filepath.Join(xdgRuntimeDir, "gpumem", socketFileName)
-		err := prepareSocketDir(p, -1)
+		err := checkSocketDir(p, dirPolicy{create: 0o700, owner: uid})
 		if err == nil {
 			return p, nil
 		}
 		errs = append(errs, err)
 	}
-	// In a shared, sticky temporary directory the directory must be ours,
-	// or another user could own the socket's directory.
 	p := filepath.Join(tmpDir, fmt.Sprintf("gpumem-%d", uid), socketFileName)
-	if err := prepareSocketDir(p, uid); err != nil {
+	if err := checkSocketDir(p, dirPolicy{create: 0o755, owner: uid}); err != nil {
 		errs = append(errs, err)
 		return "", fmt.Errorf("no usable directory for the allocstats socket: %w", errors.Join(errs...))
 	}
 	return p, nil
 }
 
-// prepareSocketDir checks that a socket can be created at path: the path is
-// short enough and its directory exists (created 0755 if needed), is a
-// directory and is writable. With owner >= 0 the directory must also be no
-// symbolic link and belong to that uid.
-func prepareSocketDir(path string, owner int) error {
+// dirPolicy says how checkSocketDir treats the socket's directory.
+type dirPolicy struct {
+	// create, when not 0, is the mode of the directory (and missing
+	// parents) created when it does not exist.
+	create os.FileMode
+	// owner >= 0: the directory must be no symbolic link, belong to that
+	// uid, and be writable by no one else.
+	owner int
+}
+
+// checkSocketDir checks that a socket can be created at path: the path is
+// short enough and its directory exists (see dirPolicy), is a directory and
+// is writable.
+func checkSocketDir(path string, pol dirPolicy) error {
 	if len(path) > maxSocketPathLen {
 		return fmt.Errorf("socket path %s is %d bytes, longer than the %d a Unix socket allows", path, len(path), maxSocketPathLen)
 	}
 	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("creating directory: %w", err)
+	if pol.create != 0 {
+		if err := os.MkdirAll(dir, pol.create); err != nil {
+			return fmt.Errorf("creating directory: %w", err)
+		}
 	}
 	fi, err := os.Lstat(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("directory %s does not exist (it is not created for a path given explicitly)", dir)
+	}
 	if err != nil {
 		return fmt.Errorf("checking directory: %w", err)
 	}
-	if owner >= 0 {
+	if pol.owner >= 0 {
 		st, ok := fi.Sys().(*syscall.Stat_t)
-		if !fi.IsDir() || !ok || int(st.Uid) != owner {
-			return fmt.Errorf("%s is not a directory owned by uid %d", dir, owner)
+		if !fi.IsDir() || !ok || int(st.Uid) != pol.owner {
+			return fmt.Errorf("%s is not a directory owned by uid %d", dir, pol.owner)
+		}
+		if fi.Mode().Perm()&0o022 != 0 {
+			return fmt.Errorf("%s is writable by other users (mode %#o)", dir, fi.Mode().Perm())
 		}
 	} else if fi.Mode().Type() == fs.ModeSymlink {
 		if fi, err = os.Stat(dir); err != nil {
@@ -96,26 +117,62 @@ func prepareSocketDir(path string, owner int) error {
 	return nil
 }
 
-// listenUnix creates the socket at path with the given mode, replacing the
-// stale socket file of a dead daemon.
-func listenUnix(path string, mode os.FileMode) (*net.UnixListener, error) {
-	if err := prepareSocketDir(path, -1); err != nil {
-		return nil, fmt.Errorf("cannot use allocstats socket %s: %w", path, err)
+// socketFile is the socket file a server created: the path and the inode
+// that stood there, so that the server unlinks only its own file and
+// notices when it vanished or was replaced.
+type socketFile struct {
+	path     string
+	dev, ino uint64
+}
+
+func statSocketFile(path string) (socketFile, error) {
+	var st unix.Stat_t
+	if err := unix.Lstat(path, &st); err != nil {
+		return socketFile{}, err
+	}
+	return socketFile{path: path, dev: uint64(st.Dev), ino: st.Ino}, nil
+}
+
+// inPlace reports whether the file at the path is still the one created.
+func (f socketFile) inPlace() bool {
+	now, err := statSocketFile(f.path)
+	return err == nil && now == f
+}
+
+// remove unlinks the path if it is still the file created: never another
+// daemon's socket that took its place.
+func (f socketFile) remove() {
+	if f.path != "" && f.inPlace() {
+		os.Remove(f.path)
+	}
+}
+
+// listenUnix creates the socket at path, whose directory was checked by
+// ResolveSocketPath, with the given mode, replacing the stale socket file
+// of a dead daemon. The listener does not unlink the file on Close: the
+// caller removes it with socketFile.remove.
+func listenUnix(path string, mode os.FileMode) (*net.UnixListener, socketFile, error) {
+	if err := checkSocketDir(path, dirPolicy{owner: -1}); err != nil {
+		return nil, socketFile{}, fmt.Errorf("cannot use allocstats socket %s: %w", path, err)
 	}
 	if err := removeStaleSocket(path); err != nil {
-		return nil, err
+		return nil, socketFile{}, err
 	}
 	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
 	if err != nil {
-		return nil, fmt.Errorf("listening on allocstats socket: %w", err)
+		return nil, socketFile{}, fmt.Errorf("listening on allocstats socket: %w", err)
 	}
-	// Close removes the socket file.
-	l.SetUnlinkOnClose(true)
-	if err := os.Chmod(path, mode); err != nil {
+	l.SetUnlinkOnClose(false)
+	sock, err := statSocketFile(path)
+	if err == nil {
+		err = os.Chmod(path, mode)
+	}
+	if err != nil {
 		l.Close()
-		return nil, fmt.Errorf("setting the mode of allocstats socket: %w", err)
+		sock.remove()
+		return nil, socketFile{}, fmt.Errorf("setting the mode of allocstats socket: %w", err)
 	}
-	return l, nil
+	return l, sock, nil
 }
 
 // removeStaleSocket removes path if it is a socket nobody listens on. It

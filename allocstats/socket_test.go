@@ -106,14 +106,20 @@ func TestResolveSocketPath(t *testing.T) {
 	tmp := filepath.Join(base, "tmp")
 	uid := os.Getuid()
 
-	t.Run("explicit usable path is kept and its directory created", func(t *testing.T) {
-		want := filepath.Join(base, "explicit", "my.sock")
+	t.Run("explicit path in an existing directory is kept", func(t *testing.T) {
+		want := filepath.Join(base, "my.sock")
 		got, err := resolveSocketPath(true, want, xdg, tmp, uid)
 		if err != nil || got != want {
 			t.Fatalf("got %q, %v; want %q", got, err, want)
 		}
-		if fi, err := os.Stat(filepath.Dir(want)); err != nil || !fi.IsDir() {
-			t.Errorf("directory not created: %v", err)
+	})
+	t.Run("explicit path in a missing directory is an error, and nothing is created", func(t *testing.T) {
+		missing := filepath.Join(base, "typo", "my.sock")
+		if got, err := resolveSocketPath(true, missing, xdg, tmp, uid); err == nil || !strings.Contains(err.Error(), "does not exist") {
+			t.Errorf("got %q, %v; want an error saying the directory does not exist", got, err)
+		}
+		if _, err := os.Stat(filepath.Dir(missing)); !os.IsNotExist(err) {
+			t.Errorf("the directory of an explicit path was created: %v", err)
 		}
 	})
 	t.Run("explicit unusable path is an error", func(t *testing.T) {
@@ -141,6 +147,57 @@ func TestResolveSocketPath(t *testing.T) {
 			if err != nil || got != want {
 				t.Errorf("XDG_RUNTIME_DIR=%q: got %q, %v; want %q", x, got, err, want)
 			}
+		}
+	})
+	t.Run("fallback directories owned by someone else or writable by others are refused", func(t *testing.T) {
+		for _, tc := range []struct {
+			name  string
+			setup func(t *testing.T, dir string)
+		}{
+			{"owned by another uid", func(t *testing.T, dir string) {
+				if os.Getuid() != 0 {
+					t.Skip("chown needs root")
+				}
+				if err := os.Chown(dir, 65534, 65534); err != nil {
+					t.Fatal(err)
+				}
+			}},
+			{"group-writable", func(t *testing.T, dir string) {
+				if err := os.Chmod(dir, 0o775); err != nil {
+					t.Fatal(err)
+				}
+			}},
+			{"a symbolic link", func(t *testing.T, dir string) {
+				real := dir + ".real"
+				if err := os.Rename(dir, real); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Symlink(real, dir); err != nil {
+					t.Fatal(err)
+				}
+			}},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				root := shortTempDir(t)
+				xdg := filepath.Join(root, "xdg")
+				squatted := filepath.Join(xdg, "gpumem")
+				if err := os.MkdirAll(squatted, 0o700); err != nil {
+					t.Fatal(err)
+				}
+				tmp := filepath.Join(root, "tmp")
+				if err := os.MkdirAll(filepath.Join(tmp, "gpumem-"+strconv.Itoa(uid)), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				tc.setup(t, squatted)
+				tc.setup(t, filepath.Join(tmp, "gpumem-"+strconv.Itoa(uid)))
+				got, err := resolveSocketPath(false, unusable, xdg, tmp, uid)
+				if err == nil {
+					t.Fatalf("resolved to %s, in a squatted directory", got)
+				}
+				if !strings.Contains(err.Error(), filepath.Join(xdg, "gpumem")) {
+					t.Errorf("err = %v, want it to name the XDG directory", err)
+				}
+			})
 		}
 	})
 	t.Run("temporary directory owned by someone else is refused", func(t *testing.T) {

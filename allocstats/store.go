@@ -6,6 +6,7 @@ import (
 	"math"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -77,16 +78,31 @@ type OOMEvent struct {
 	Free      Optional
 }
 
-// errProcessGone: the connection's process entry was removed (pruned or
-// replaced), so its messages are dropped.
-var errProcessGone = errors.New("the process's entry was removed from the store")
+// Errors of the store's admission rules.
+var (
+	// errProcessGone: the connection's process entry was removed (pruned,
+	// replaced or dropped), so the connection is closed and its client
+	// reconnects.
+	errProcessGone = errors.New("the process's entry was removed from the store")
+	// errIdentityConflict: the live process of the pid is recorded under
+	// another uid; an entry of a live process is never replaced.
+	errIdentityConflict = errors.New("the process is recorded under another uid")
+	// errTooManyProcesses: the store holds --allocstats.max-processes
+	// reporting processes.
+	errTooManyProcesses = errors.New("too many reporting processes")
+	// errTooManyProcessesForUID: the uid has
+	// --allocstats.max-processes-per-uid reporting processes.
+	errTooManyProcessesForUID = errors.New("too many reporting processes of this uid")
+)
 
 // Store keeps the latest allocator state per process and device. It is safe
-// for concurrent use. Its size is bounded by the number of live connections,
-// the disconnected or fed processes within the TTL, and
-// the devices-per-process cap.
+// for concurrent use. Its size is bounded: at most maxProcesses processes
+// that report over the socket (maxPerUID of one uid), each with at most
+// the devices-per-process cap; fed processes are bounded by their source.
 type Store struct {
-	ttl time.Duration
+	ttl          time.Duration
+	maxProcesses int
+	maxPerUID    int
 
 	mu    sync.RWMutex
 	procs map[uint32]*procEntry
@@ -95,6 +111,9 @@ type Store struct {
 	sorted []*procEntry
 	// nDevices is the number of device entries over all processes.
 	nDevices int
+	// nSocket and perUID count the entries of socket peers (not fed).
+	nSocket int
+	perUID  map[uint32]int
 
 	oomHooks []func(OOMEvent) // set before use, read without the lock
 }
@@ -114,21 +133,29 @@ func (s *Store) notifyOOM(ev OOMEvent) {
 }
 
 type procEntry struct {
-	pid, uid         uint32
-	startTime        uint64
+	pid, uid  uint32
+	startTime uint64
+	// fed: the entry comes from Feed (a trusted source without a
+	// connection), not from a socket peer.
+	fed              bool
 	framework        string
 	frameworkVersion string
 	client           string
 	conns            int       // open connections bound to the entry
 	disconnectedAt   time.Time // when conns last fell to 0
-	removed          bool
-	devices          []*deviceEntry // sorted by UUID
+	// removed is set under the store's lock; the server reads it without,
+	// to close the connections of removed entries.
+	removed atomic.Bool
+	devices []*deviceEntry // sorted by UUID
 }
 
 type deviceEntry struct {
 	stats   DeviceStats
 	retries counterState
 	ooms    counterState
+	// unlistedSince is when DropUnlisted first found NVML not listing the
+	// process on the device (zero while it is listed).
+	unlistedSince time.Time
 }
 
 // counterState turns a client counter that may reset into one that never
@@ -156,11 +183,33 @@ func addSat(a, b uint64) uint64 {
 	return a + b
 }
 
-// NewStore returns an empty store. A process whose connections are all
-// closed is removed by the first Prune at least ttl after the last one
-// closed (ttl <= 0: the first Prune after it closed).
+// NewStore returns an empty store with the default process limits. A
+// process whose connections are all closed is removed by the first Prune
+// at least ttl after the last one closed (ttl <= 0: the first Prune after
+// it closed).
 func NewStore(ttl time.Duration) *Store {
-	return &Store{ttl: ttl, procs: make(map[uint32]*procEntry)}
+	return &Store{
+		ttl:          ttl,
+		maxProcesses: DefaultMaxProcesses,
+		maxPerUID:    DefaultMaxProcessesPerUID,
+		procs:        make(map[uint32]*procEntry),
+		perUID:       make(map[uint32]int),
+	}
+}
+
+// SetProcessLimits sets how many socket peers may report at once, in all
+// and per uid (<= 0: the default). A process over a limit has its messages
+// rejected until another one goes. Call it before the store is used.
+func (s *Store) SetProcessLimits(total, perUID int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if total <= 0 {
+		total = DefaultMaxProcesses
+	}
+	if perUID <= 0 {
+		perUID = DefaultMaxProcessesPerUID
+	}
+	s.maxProcesses, s.maxPerUID = total, perUID
 }
 
 // Processes returns a deep copy of every process, sorted by pid, each with
@@ -280,10 +329,16 @@ func (s *Store) Remove(pid uint32) {
 
 // dropLocked forgets e but leaves s.sorted to the caller.
 func (s *Store) dropLocked(e *procEntry) {
-	e.removed = true
+	e.removed.Store(true)
 	s.nDevices -= len(e.devices)
 	if s.procs[e.pid] == e {
 		delete(s.procs, e.pid)
+	}
+	if !e.fed {
+		s.nSocket--
+		if s.perUID[e.uid]--; s.perUID[e.uid] <= 0 {
+			delete(s.perUID, e.uid)
+		}
 	}
 }
 
@@ -302,6 +357,10 @@ func (s *Store) removeSortedLocked(pid uint32) {
 
 // putLocked inserts e, replacing any entry of the same pid.
 func (s *Store) putLocked(e *procEntry) {
+	if !e.fed {
+		s.nSocket++
+		s.perUID[e.uid]++
+	}
 	if old, ok := s.procs[e.pid]; ok {
 		s.dropLocked(old)
 		i := s.sortedIndexLocked(e.pid)
@@ -318,43 +377,77 @@ func (s *Store) putLocked(e *procEntry) {
 
 // Identity is who sent a message: the pid and uid the kernel gives for a
 // connection's peer, and the process's start time (clock ticks since boot,
-// /proc/<pid>/stat field 22; 0 when unknown).
+// /proc/<pid>/stat field 22). A socket peer's start time is always known;
+// only a fed identity may leave it 0 (unknown).
 type Identity struct {
 	PID, UID  uint32
 	StartTime uint64
 }
 
-// sameProcess reports whether the entry describes the process id. A start
-// time of 0 is unknown and matches any.
+// sameProcess reports whether the entry describes the process id: the
+// same pid, start time and uid. A fed entry's unknown start time (0)
+// matches any.
 func (e *procEntry) sameProcess(id Identity) bool {
-	return e.pid == id.PID &&
-		(e.startTime == id.StartTime || e.startTime == 0 || id.StartTime == 0)
+	if e.pid != id.PID {
+		return false
+	}
+	if e.fed {
+		return e.startTime == id.StartTime || e.startTime == 0 || id.StartTime == 0
+	}
+	return e.startTime == id.StartTime && e.uid == id.UID
 }
 
 // bindLocked returns the entry a connection's message goes to. bound is the
-// entry the connection bound to before (nil at first). A connection binds at
-// its first accepted message: to the entry of the same process if there is
-// one (a reconnect within the TTL keeps its counters), else to a new entry
-// that replaces any other of the same pid (a reused pid, or a fed
-// entry). A connection whose entry was removed since gets errProcessGone.
+// entry the connection bound to before (nil at first). The caller has just
+// confirmed that id is the live process of its pid.
+//
+// A connection binds at its first accepted message: to the entry of the
+// same process if there is one (a reconnect within the TTL keeps its
+// counters), else to a new entry. A new entry replaces an entry of another
+// start time (a dead earlier holder of the pid: id is the live one) or a
+// fed one; it never replaces the entry of the same process under another
+// uid (errIdentityConflict), and it is refused over the process limits. A
+// connection whose entry was removed since gets errProcessGone.
 func (s *Store) bindLocked(bound *procEntry, id Identity) (*procEntry, error) {
 	if bound != nil {
-		if bound.removed {
+		if bound.removed.Load() {
 			return nil, errProcessGone
 		}
 		return bound, nil
 	}
 	e, ok := s.procs[id.PID]
-	if ok && e.sameProcess(id) {
-		if e.startTime == 0 {
-			e.startTime = id.StartTime
+	switch {
+	case ok && e.sameProcess(id) && !e.fed:
+	case ok && !e.fed && e.startTime == id.StartTime:
+		return nil, errIdentityConflict
+	default:
+		if err := s.admitLocked(id, e); err != nil {
+			return nil, err
 		}
-	} else {
 		e = &procEntry{pid: id.PID, uid: id.UID, startTime: id.StartTime}
 		s.putLocked(e)
 	}
 	e.conns++
 	return e, nil
+}
+
+// admitLocked checks the process limits for a new socket entry of id that
+// would replace old (nil if none).
+func (s *Store) admitLocked(id Identity, old *procEntry) error {
+	total, mine := s.nSocket, s.perUID[id.UID]
+	if old != nil && !old.fed {
+		total--
+		if old.uid == id.UID {
+			mine--
+		}
+	}
+	if total >= s.maxProcesses {
+		return fmt.Errorf("%w: the limit is %d (--allocstats.max-processes)", errTooManyProcesses, s.maxProcesses)
+	}
+	if mine >= s.maxPerUID {
+		return fmt.Errorf("%w: uid %d has %d, the limit (--allocstats.max-processes-per-uid)", errTooManyProcessesForUID, id.UID, mine)
+	}
+	return nil
 }
 
 // release is called when a connection bound to e closes.
@@ -406,7 +499,7 @@ func (s *Store) checkCapLocked(bound *procEntry, id Identity, devices []DeviceRe
 	}
 	e := bound
 	if e == nil {
-		if cur, ok := s.procs[id.PID]; ok && cur.sameProcess(id) {
+		if cur, ok := s.procs[id.PID]; ok && cur.sameProcess(id) && !cur.fed {
 			e = cur
 		}
 	}
@@ -469,10 +562,44 @@ func (s *Store) deviceLocked(e *procEntry, uuid string) *deviceEntry {
 	e.devices = append(e.devices, nil)
 	copy(e.devices[i+1:], e.devices[i:])
 	e.devices[i] = d
-	if !e.removed {
+	if !e.removed.Load() {
 		s.nDevices++
 	}
 	return d
+}
+
+// DropUnlisted is called once per NVML poll. listed says whether NVML lists
+// the process pid on the device uuid (it must answer true when it cannot
+// tell, and must not call the store). The state of a socket peer on a
+// device where NVML does not list it is kept for grace, then dropped: a
+// process reports only devices it uses, and NVML lists a process on every
+// device where it holds a context, so a report NVML never confirms is
+// either a process NVML cannot see or a made-up device, and neither may
+// hold series for long. The process's entry stays (a later message may
+// name the device again).
+func (s *Store) DropUnlisted(now time.Time, grace time.Duration, listed func(pid uint32, uuid string) bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range s.sorted {
+		if e.fed {
+			continue
+		}
+		kept := e.devices[:0]
+		for _, d := range e.devices {
+			switch {
+			case listed(e.pid, d.stats.UUID):
+				d.unlistedSince = time.Time{}
+			case d.unlistedSince.IsZero():
+				d.unlistedSince = now
+			case now.Sub(d.unlistedSince) >= grace:
+				s.nDevices--
+				continue
+			}
+			kept = append(kept, d)
+		}
+		clear(e.devices[len(kept):])
+		e.devices = kept
+	}
 }
 
 // oom records an oom message of a connection.
@@ -547,8 +674,8 @@ func (s *Store) FeedOOM(id Identity, m OOMMessage, now time.Time) (OOMEvent, err
 // earlier holder of the pid) if needed, with its TTL restarted at now.
 func (s *Store) feedEntryLocked(id Identity, now time.Time) *procEntry {
 	e, ok := s.procs[id.PID]
-	if !ok || !e.sameProcess(id) {
-		e = &procEntry{pid: id.PID, uid: id.UID, startTime: id.StartTime}
+	if !ok || !e.sameProcess(id) || !e.fed {
+		e = &procEntry{pid: id.PID, uid: id.UID, startTime: id.StartTime, fed: true}
 		s.putLocked(e)
 	}
 	if e.conns == 0 {
