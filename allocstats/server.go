@@ -266,8 +266,7 @@ func (s *Server) Collect(ch chan<- prometheus.Metric) {
 }
 
 // Close closes the listener (removing the socket file) and every
-// connection. Serve does it when its context ends; Close is for a server
-// that will not serve.
+// connection; Serve then returns nil. Serve does it when its context ends.
 func (s *Server) Close() { s.shutdown() }
 
 // SocketPath returns where the server listens: after Listen, the path
@@ -355,15 +354,15 @@ func (s *Server) Serve(ctx context.Context) error {
 			return nil
 		case r := <-ended:
 			s.mu.Lock()
-			current := r.l == s.listener
+			current, closing := r.l == s.listener, s.closing
 			s.mu.Unlock()
 			if !current {
 				continue // replaced by a recreated socket
 			}
 			s.shutdown()
 			s.wg.Wait()
-			if ctx.Err() != nil {
-				return nil
+			if ctx.Err() != nil || closing {
+				return nil // shut down through ctx or Close
 			}
 			return fmt.Errorf("allocstats listener closed: %w", r.err)
 		case <-tick.C:
