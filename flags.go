@@ -14,6 +14,8 @@ import (
 
 	"github.com/gpumem/gpumem_exporter/allocstats"
 	"github.com/gpumem/gpumem_exporter/oom"
+	"github.com/gpumem/gpumem_exporter/simulate"
+	"github.com/gpumem/gpumem_exporter/simulate/scenario"
 )
 
 // options are the parsed command line. Defaults live in the flag
@@ -26,6 +28,8 @@ type options struct {
 	logLevel, logFormat    string
 	backend                string
 	pollInterval           time.Duration
+	simScenario            string
+	simSpeed               float64
 	simProcesses           int
 	simSeed                int64
 	procPath               string
@@ -66,7 +70,9 @@ func parseFlags(app *kingpin.Application, args []string) (*options, error) {
 	app.Flag("log.format", "Output format of log messages: logfmt, json.").Default("logfmt").EnumVar(&o.logFormat, "logfmt", "json")
 	app.Flag("nvml.backend", "Where GPU data comes from: nvml (the real library) or simulated (a scripted 8-GPU H200 node).").Default("nvml").EnumVar(&o.backend, "nvml", "simulated")
 	app.Flag("nvml.poll-interval", "How often NVML is polled; scrapes read the latest poll.").Default("1s").SetValue(&durationFlag{"nvml.poll-interval", &o.pollInterval})
-	app.Flag("nvml.simulated.processes-per-gpu", "Processes per GPU on the simulated node (1 to 99).").Default("3").SetValue(&intFlag{"nvml.simulated.processes-per-gpu", &o.simProcesses})
+	app.Flag("nvml.simulated.scenario", "What the simulated node runs: "+strings.Join(simulate.Scenarios(), ", ")+". mix runs one of each workload; load runs --nvml.simulated.processes-per-gpu simple processes per GPU.").Default(scenario.Mix).EnumVar(&o.simScenario, simulate.Scenarios()...)
+	app.Flag("nvml.simulated.speed", "Simulated seconds per real second (60 runs an hour of the scenario in a minute).").Default("1").Float64Var(&o.simSpeed)
+	app.Flag("nvml.simulated.processes-per-gpu", "Processes per GPU of the load scenario (1 to 99).").Default("3").SetValue(&intFlag{"nvml.simulated.processes-per-gpu", &o.simProcesses})
 	app.Flag("nvml.simulated.seed", "Seed of the simulated node's script (the same seed gives the same run).").Default("1").Int64Var(&o.simSeed)
 	app.Flag("path.procfs", "procfs mountpoint (the host's /proc; run in the host PID namespace).").Default("/proc").StringVar(&o.procPath)
 	app.Flag("kubernetes.kubeconfig", "Kubeconfig for pod attribution; empty: in-cluster config when running in a pod, none otherwise.").Default("").StringVar(&o.kubeconfig)
@@ -129,6 +135,9 @@ func (o *options) validate() error {
 		if err != nil {
 			return err
 		}
+	}
+	if o.simSpeed <= 0 || o.simSpeed > 3600 {
+		return fmt.Errorf("--nvml.simulated.speed must be above 0 and at most 3600, got %g", o.simSpeed)
 	}
 	if o.simProcesses > 99 {
 		return fmt.Errorf("--nvml.simulated.processes-per-gpu must be at most 99, got %d", o.simProcesses)

@@ -197,9 +197,13 @@ func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, er
 	var lib nvml.Interface = nvml.New()
 	var sim *simulate.Node
 	if o.backend == "simulated" {
-		sim = simulate.New(simulate.Config{ProcessesPerGPU: o.simProcesses, Seed: o.simSeed, Sink: store})
+		sim, err = simulate.New(simulate.Config{Scenario: o.simScenario, ProcessesPerGPU: o.simProcesses, Seed: o.simSeed, Speed: o.simSpeed, Sink: store})
+		if err != nil {
+			closeHealth()
+			return nil, err
+		}
 		lib = sim.Interface()
-		level.Info(logger).Log("msg", "using the simulated NVML backend: 8 scripted H200 GPUs", "processes_per_gpu", o.simProcesses, "seed", o.simSeed)
+		level.Info(logger).Log("msg", "using the simulated NVML backend: 8 scripted H200 GPUs", "scenario", sim.Scenario(), "seed", o.simSeed, "speed", o.simSpeed)
 	}
 	alive := processAlive(o.procPath, sim)
 	cfg := nvmlpoll.Config{Lib: lib, Interval: o.pollInterval, Logger: log.With(logger, "component", "nvml")}
@@ -215,6 +219,11 @@ func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, er
 
 	// The one join, and what reads it.
 	join := attribution.Sources{NVML: poller, Allocator: store, Workload: resolver}
+	if sim != nil {
+		// The simulated processes' pods and Slurm jobs, as the workload
+		// cache would name real ones.
+		join.Workload = lookups{sim, resolver}
+	}
 	reports := oom.New(oom.Config{Capacity: o.oomReports, Sources: join, Fresh: poller.Fresh, Logger: log.With(logger, "component", "oom")})
 	store.OnOOM(reports.Record)
 	poller.OnPoll(reports.Observe)
@@ -310,6 +319,18 @@ func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, er
 		wait:           func() { <-done; <-done; <-done },
 		close:          closeHealth,
 	}, nil
+}
+
+// lookups asks each lookup in turn.
+type lookups []attribution.Lookup
+
+func (ls lookups) Lookup(pid uint32) (workload.Info, bool) {
+	for _, l := range ls {
+		if in, ok := l.Lookup(pid); ok {
+			return in, true
+		}
+	}
+	return workload.Info{}, false
 }
 
 // ready says whether /-/ready is green: the socket is in place and NVML

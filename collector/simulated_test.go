@@ -16,7 +16,10 @@ import (
 func simulatedNode(t testing.TB, processesPerGPU int) (*nvmlpoll.Poller, *simulate.Node, *allocstats.Store) {
 	t.Helper()
 	store := allocstats.NewStore(time.Minute)
-	sim := simulate.New(simulate.Config{Seed: 1, ProcessesPerGPU: processesPerGPU, Sink: store})
+	sim, err := simulate.New(simulate.Config{Seed: 1, ProcessesPerGPU: processesPerGPU, Sink: store})
+	if err != nil {
+		t.Fatal(err)
+	}
 	p := nvmlpoll.NewPoller(nvmlpoll.Config{Lib: sim.Interface(), BeforePoll: sim.Step})
 	return p, sim, store
 }

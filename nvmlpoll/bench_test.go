@@ -14,7 +14,10 @@ import (
 // measure a real poll against the raw NVML calls it makes (docs/benchmarks.md).
 
 func BenchmarkPollSimulated(b *testing.B) {
-	sim := simulate.New(simulate.Config{ProcessesPerGPU: 16, Seed: 1})
+	sim, err := simulate.New(simulate.Config{ProcessesPerGPU: 16, Seed: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
 	p := NewPoller(Config{Lib: sim.Interface()})
 	for i := 0; i < 60; i++ { // every slot started
 		sim.Step()

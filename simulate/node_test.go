@@ -27,6 +27,21 @@ func (r *recorder) FeedOOM(id allocstats.Identity, m allocstats.OOMMessage, now 
 
 func (r *recorder) Remove(pid uint32) { r.exited = append(r.exited, pid) }
 
+// clock is a fake time that advances by step at each call.
+func clock(step time.Duration) func() time.Time {
+	t := time.Unix(1_750_000_000, 0)
+	return func() time.Time { t = t.Add(step); return t }
+}
+
+func mustNew(t testing.TB, cfg Config) *Node {
+	t.Helper()
+	n, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 func newPoller(n *Node) *nvmlpoll.Poller {
 	return nvmlpoll.NewPoller(nvmlpoll.Config{Lib: n.Interface(), BeforePoll: n.Step})
 }
@@ -40,11 +55,26 @@ func pollOnce(t *testing.T, p *nvmlpoll.Poller) *nvmlpoll.Snapshot {
 }
 
 func TestSimulatedNodeInvariantsHoldAtEveryStep(t *testing.T) {
+	for _, tc := range []struct {
+		scenario        string
+		unattributedGPU int
+		steps           int
+	}{
+		{Load, 3, 300},
+		{"mix", 7, 720}, // an hour at 5 s a step
+	} {
+		t.Run(tc.scenario, func(t *testing.T) {
+			checkInvariants(t, tc.scenario, tc.unattributedGPU, tc.steps)
+		})
+	}
+}
+
+func checkInvariants(t *testing.T, scenarioName string, unattributedGPU, steps int) {
 	rec := &recorder{}
-	sim := New(Config{ProcessesPerGPU: 3, Seed: 7, Sink: rec})
+	sim := mustNew(t, Config{Scenario: scenarioName, ProcessesPerGPU: 3, Seed: 7, Sink: rec, Now: clock(5 * time.Second)})
 	p := newPoller(sim)
 	var sawUnattributed, sawPeakAbove, sawExit, sawOOM, sawInactive bool
-	for i := 0; i < 300; i++ {
+	for i := 0; i < steps; i++ {
 		*rec = recorder{}
 		snap := pollOnce(t, p)
 		if len(snap.Devices) != 8 {
@@ -59,7 +89,7 @@ func TestSimulatedNodeInvariantsHoldAtEveryStep(t *testing.T) {
 				t.Fatalf("step %d GPU %d: processes use more than the GPU", i, d.Index)
 			}
 			if d.Unattributed() > 0 {
-				if d.Index != UnattributedGPU {
+				if d.Index != unattributedGPU {
 					t.Fatalf("step %d: unattributed memory on GPU %d", i, d.Index)
 				}
 				sawUnattributed = true
@@ -90,14 +120,14 @@ func TestSimulatedNodeInvariantsHoldAtEveryStep(t *testing.T) {
 	for what, saw := range map[string]bool{"unattributed memory": sawUnattributed, "a peak above used": sawPeakAbove,
 		"a process exit": sawExit, "an OOM": sawOOM, "inactive memory": sawInactive} {
 		if !saw {
-			t.Errorf("300 steps never showed %s", what)
+			t.Errorf("%d steps never showed %s", steps, what)
 		}
 	}
 }
 
 func TestSimulatedNodeIsDeterministicForASeed(t *testing.T) {
 	run := func(seed int64) []uint64 {
-		p := newPoller(New(Config{ProcessesPerGPU: 2, Seed: seed}))
+		p := newPoller(mustNew(t, Config{Seed: seed, Now: clock(5 * time.Second)}))
 		var used []uint64
 		for i := 0; i < 50; i++ {
 			snap := pollOnce(t, p)
@@ -125,7 +155,7 @@ func TestSimulatedNodeIsDeterministicForASeed(t *testing.T) {
 }
 
 func TestSimulatedUUIDsArePinned(t *testing.T) {
-	snap := pollOnce(t, newPoller(New(Config{})))
+	snap := pollOnce(t, newPoller(mustNew(t, Config{})))
 	for i, d := range snap.Devices {
 		if d.UUID != UUIDs[i] {
 			t.Errorf("GPU %d UUID = %s, want %s", i, d.UUID, UUIDs[i])
@@ -134,7 +164,7 @@ func TestSimulatedUUIDsArePinned(t *testing.T) {
 }
 
 func TestAliveKnowsOnlyTheNodesPids(t *testing.T) {
-	sim := New(Config{ProcessesPerGPU: 1})
+	sim := mustNew(t, Config{Scenario: Load, ProcessesPerGPU: 1})
 	p := newPoller(sim)
 	snap := pollOnce(t, p)
 	pids := snap.PIDs()
@@ -149,5 +179,43 @@ func TestAliveKnowsOnlyTheNodesPids(t *testing.T) {
 	}
 	if alive, ok := sim.Alive(pidBase + 9999); alive || !ok {
 		t.Errorf("Alive of a node pid that never ran = %v, %v; want false, true", alive, ok)
+	}
+}
+
+func TestUnknownScenarioIsAnError(t *testing.T) {
+	if _, err := New(Config{Scenario: "nope"}); err == nil {
+		t.Error("New accepted an unknown scenario")
+	}
+}
+
+// The mix names its processes as Kubernetes and Slurm would: alerts group
+// by pod, and the multi-rank job is one pod over two GPUs.
+func TestMixNamesPodsAndSlurmJobs(t *testing.T) {
+	sim := mustNew(t, Config{Seed: 1, Now: clock(5 * time.Second)})
+	snap := pollOnce(t, newPoller(sim))
+	pods := map[string][]int{}
+	slurm := 0
+	for _, d := range snap.Devices {
+		for _, p := range d.Processes {
+			in, ok := sim.Lookup(p.PID)
+			if !ok {
+				t.Fatalf("pid %d listed by NVML is unknown to Lookup", p.PID)
+			}
+			if in.Pod != "" {
+				pods[in.Namespace+"/"+in.Pod] = append(pods[in.Namespace+"/"+in.Pod], d.Index)
+			}
+			if in.SlurmJobID != "" {
+				slurm++
+			}
+			if in.StartTime == 0 {
+				t.Errorf("pid %d has no start time", p.PID)
+			}
+		}
+	}
+	if g := pods["ml/ddp-train-0"]; len(g) != 2 {
+		t.Errorf("ml/ddp-train-0 runs on GPUs %v, want two", g)
+	}
+	if slurm == 0 {
+		t.Error("no Slurm job in the mix")
 	}
 }

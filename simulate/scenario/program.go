@@ -58,6 +58,7 @@ type step struct {
 type program struct {
 	kind    string
 	rng     *rand.Rand
+	timing  *rand.Rand // step lengths: the same for every rank of a job
 	context uint64
 	limit   uint64
 
@@ -65,7 +66,8 @@ type program struct {
 	weights           uint64 // the floor once loaded
 	warmCache         uint64 // a warm-up batch run once after loading
 	period            time.Duration
-	periodJitter      float64
+	periodJitter      float64 // relative spread of a step's length
+	stallP            float64 // chance that a step stalls (logging, a slow batch)
 	amp               float64 // a step's activations, peak - floor
 	jitter            float64 // a step's relative spread of activations
 
@@ -107,7 +109,7 @@ func durationBetween(r *rand.Rand, lo, hi time.Duration) time.Duration {
 func newProgram(p *proc, capacity uint64, shared uint64) *program {
 	r := p.rng
 	job := rand.New(rand.NewPCG(shared, 0)) // the same for every rank
-	g := &program{kind: p.Kind, rng: r}
+	g := &program{kind: p.Kind, rng: r, timing: rand.New(rand.NewPCG(shared, 1<<32))}
 
 	// Context: the CUDA context plus cuBLAS workspaces (220-254 MiB were
 	// measured beside the 520 MiB), plus NCCL's buffers for a multi-rank job.
@@ -118,6 +120,7 @@ func newProgram(p *proc, capacity uint64, shared uint64) *program {
 	g.loadSteps = 10 + job.IntN(50)
 	g.period = time.Duration(between(job, 0.5, 3) * float64(time.Second))
 	g.periodJitter = 0.05
+	g.stallP = between(job, 0.01, 0.03)
 	g.jitter = between(job, 0.005, 0.03)
 	p.dwell = between(job, 0.03, 0.15)
 	p.frag = between(r, 0.02, 0.08)
@@ -168,7 +171,6 @@ func newProgram(p *proc, capacity uint64, shared uint64) *program {
 		if p.Kind == MultiRank {
 			// Ranks differ a little (uneven shards).
 			g.weights = uint64(float64(g.weights) * between(r, 0.98, 1.02))
-			g.periodJitter = 0 // lockstep
 		}
 		p.frag = between(r, 0.01, 0.03)
 		p.split = between(r, 0.05, 0.2)
@@ -249,7 +251,14 @@ func (g *program) step(p *proc, now time.Duration, capacity func() uint64) step 
 		return s
 	}
 	g.steps++
-	length := time.Duration(float64(g.period) * (1 + g.periodJitter*(2*g.rng.Float64()-1)))
+	// Steps take about the same time; now and then one stalls (a log
+	// line that syncs, a slow batch, the garbage collector), which also
+	// keeps a scrape from seeing the same point of every step.
+	stretch := 1 + g.periodJitter*(2*g.timing.Float64()-1)
+	if g.timing.Float64() < g.stallP {
+		stretch += between(g.timing, 0.5, 2)
+	}
+	length := time.Duration(float64(g.period) * stretch)
 	x := g.jitter * (2*g.rng.Float64() - 1)
 	if g.bigP > 0 && g.rng.Float64() < g.bigP {
 		x = g.bigX * between(g.rng, 0.8, 1)

@@ -91,9 +91,6 @@ func New(nodeName string, logger log.Logger) *Informer {
 		}),
 		warnings: ratelog.New(1, time.Minute),
 	}
-	if nodeName == "" {
-		level.Warn(p.logger).Log("msg", "no node name: the pod watch would see only unscheduled pods; set --kubernetes.node-name or NODE_NAME")
-	}
 	return p
 }
 
