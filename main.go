@@ -218,7 +218,7 @@ func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, er
 	poller := nvmlpoll.NewPoller(cfg)
 
 	// The one join, and what reads it.
-	join := attribution.Sources{NVML: poller, Allocator: store, Workload: resolver}
+	join := attribution.Sources{NVML: poller, Allocator: store, Workload: resolver, SettleLabels: true}
 	if sim != nil {
 		// The simulated processes' pods and Slurm jobs, as the workload
 		// cache would name real ones.

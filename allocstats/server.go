@@ -53,6 +53,9 @@ type Config struct {
 	// ProcPath is procfs, where a peer's start time and uid are read
 	// (the host's /proc: the daemon runs in the host PID namespace).
 	ProcPath string
+	// StartTime, when set, replaces the start time read from ProcPath (the
+	// uid is still read there). For tests that simulate a reused pid.
+	StartTime func(pid uint32) (uint64, error)
 }
 
 func (c *Config) setDefaults() error {
@@ -236,7 +239,13 @@ func NewServer(cfg Config, store *Store, logger log.Logger) (*Server, error) {
 		perUID:      make(map[uint32]int),
 	}
 	s.identify = s.identifyPeer
-	s.readProcInfo = func(pid uint32) (procInfo, error) { return readProcInfo(s.cfg.ProcPath, pid) }
+	s.readProcInfo = func(pid uint32) (procInfo, error) {
+		info, err := readProcInfo(s.cfg.ProcPath, pid)
+		if err == nil && s.cfg.StartTime != nil {
+			info.startTime, err = s.cfg.StartTime(pid)
+		}
+		return info, err
+	}
 	for _, l := range messageLabels {
 		s.messages.WithLabelValues(l[0], l[1])
 	}

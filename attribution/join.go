@@ -153,6 +153,12 @@ type Sources struct {
 	NVML      SnapshotSource
 	Allocator AllocatorSource
 	Workload  Lookup
+	// SettleLabels holds back every row of a pid that Workload does not
+	// know yet (a process that appeared since the cache's last refresh), so
+	// that a process's labels are settled before its first series: it is
+	// never exported with comm="" and then again with its name, which
+	// would make two series of one process and restart its counters.
+	SettleLabels bool
 }
 
 // View is one consistent reading of the sources: a snapshot and the rows
@@ -180,7 +186,22 @@ func (s Sources) ReadAt(snap *nvmlpoll.Snapshot) View {
 		procs = s.Allocator.Processes()
 	}
 	v.Rows = Join(v.Snapshot, procs, s.Workload)
+	if s.SettleLabels && s.Workload != nil {
+		v.Rows = settled(v.Rows, s.Workload)
+	}
 	return v
+}
+
+// settled drops, in place, the rows of pids lookup does not know.
+func settled(rows []Row, lookup Lookup) []Row {
+	kept := rows[:0]
+	for _, r := range rows {
+		if _, ok := lookup.Lookup(r.PID); ok {
+			kept = append(kept, r)
+		}
+	}
+	clear(rows[len(kept):])
+	return kept
 }
 
 // Device returns the rows of the device uuid (NVML's spelling).

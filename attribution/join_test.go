@@ -257,3 +257,29 @@ func reportOverSocket(t *testing.T, pid uint32, start uint64) *allocstats.Store 
 }
 
 var _ Lookup = fakeResolver(nil)
+
+// TestSettleLabelsHoldsBackUnresolvedProcesses: a process the workload
+// cache has not resolved yet is not exported at all, rather than exported
+// with empty labels that change at the next refresh.
+func TestSettleLabelsHoldsBackUnresolvedProcesses(t *testing.T) {
+	g0, mig := gpuUUID(0), migUUID(1, 0)
+	// pid 10 is resolved; 20 (listed by NVML) and 30 (a new reporting
+	// process) are not yet.
+	store := allocstats.NewStore(time.Minute)
+	if err := store.Feed(allocstats.Identity{PID: 30, StartTime: 1}, "pytorch", []allocstats.DeviceReport{{UUID: g0, Reserved: GiB}}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	cache := fakeResolver{10: {StartTime: 1, Comm: "python3"}}
+	for _, tc := range []struct {
+		settle bool
+		want   []string
+	}{
+		{false, []string{"10@" + g0, "30@" + g0 + "+alloc", "20@" + mig}},
+		{true, []string{"10@" + g0}},
+	} {
+		src := Sources{NVML: fixedSnapshot{joinSnapshot()}, Allocator: store, Workload: cache, SettleLabels: tc.settle}
+		if got := rowKeys(src.Read().Rows); fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("SettleLabels=%v: rows %v, want %v", tc.settle, got, tc.want)
+		}
+	}
+}
