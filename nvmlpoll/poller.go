@@ -1,10 +1,11 @@
 package nvmlpoll
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"sort"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,7 +34,13 @@ type Config struct {
 	// InitBackoffMin and InitBackoffMax bound the retry delay while NVML
 	// cannot be initialised. Defaults 1s and 1m.
 	InitBackoffMin, InitBackoffMax time.Duration
-	Now                            func() time.Time
+	// IdentityRefresh is how often the devices' identity (handles, UUIDs,
+	// names, PCI bus IDs, MIG modes and MIG instances) is read again
+	// although no call failed: it does not change while the driver is
+	// loaded, except that MIG instances can be created and destroyed.
+	// Default 1m.
+	IdentityRefresh time.Duration
+	Now             func() time.Time
 }
 
 // Poller polls NVML in one goroutine and publishes immutable snapshots.
@@ -55,6 +62,10 @@ type Poller struct {
 	names       map[uint32]string
 	useV1       map[string]bool
 	reported    map[string]bool
+	ids         identities
+	// pollErrors counts the failed NVML calls of the current poll; any
+	// failure makes the next poll read the identities again.
+	pollErrors int
 
 	pollDuration prometheus.Histogram
 	errors       *prometheus.CounterVec
@@ -87,6 +98,9 @@ func NewPoller(cfg Config) *Poller {
 	}
 	if cfg.InitBackoffMax <= 0 {
 		cfg.InitBackoffMax = time.Minute
+	}
+	if cfg.IdentityRefresh <= 0 {
+		cfg.IdentityRefresh = time.Minute
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -269,6 +283,7 @@ func (p *Poller) init() (err error) {
 		return fmt.Errorf("initialising NVML: %w", ret)
 	}
 	p.initialised = true
+	p.ids = identities{} // a new driver may number and name the devices differently
 	if v, ret := p.cfg.Lib.SystemGetDriverVersion(); ret == nvml.SUCCESS {
 		p.driver = v
 	} else {
@@ -297,6 +312,7 @@ func recoverInto(err *error, call string) {
 }
 
 func (p *Poller) countError(call string, ret nvml.Return) {
+	p.pollErrors++
 	p.errors.WithLabelValues(call).Inc()
 	key := call + ":" + ret.Error()
 	if !p.reported[key] {
@@ -364,8 +380,8 @@ func (p *Poller) publish(s *Snapshot) {
 }
 
 func (p *Poller) poll() (*Snapshot, error) {
-	lib := p.cfg.Lib
-	count, ret := lib.DeviceGetCount()
+	p.pollErrors = 0
+	count, ret := p.cfg.Lib.DeviceGetCount()
 	if ret != nvml.SUCCESS {
 		p.countError("DeviceGetCount", ret)
 		if ret == nvml.ERROR_UNINITIALIZED || ret == nvml.ERROR_DRIVER_NOT_LOADED || ret == nvml.ERROR_LIBRARY_NOT_FOUND {
@@ -373,31 +389,33 @@ func (p *Poller) poll() (*Snapshot, error) {
 		}
 		return nil, fmt.Errorf("counting devices: %w", ret)
 	}
+	now := p.cfg.Now()
+	if p.ids.stale || p.ids.count != count || now.Sub(p.ids.read) >= p.cfg.IdentityRefresh {
+		p.readIdentities(count, now)
+	}
 	snap := &Snapshot{
-		Time:              p.cfg.Now(),
+		Time:              now,
 		DriverVersion:     p.driver,
 		CUDADriverVersion: p.cudaDriver,
+		Devices:           make([]Device, 0, p.ids.devices),
 	}
-	seenPeaks := make(map[peakKey]struct{})
-	seenPIDs := make(map[uint32]struct{})
-	for i := 0; i < count; i++ {
-		dev, ret := lib.DeviceGetHandleByIndex(i)
-		if ret != nvml.SUCCESS {
-			p.countError("DeviceGetHandleByIndex", ret)
-			continue
-		}
-		d, ok := p.readDevice(dev, i, "")
-		if !ok {
-			continue
-		}
-		d.MIGMode = p.migMode(dev)
+	seenPeaks := make(map[peakKey]struct{}, len(p.peaks))
+	seenPIDs := make(map[uint32]struct{}, len(p.names))
+	for i := range p.ids.gpus {
+		id := &p.ids.gpus[i]
+		d := id.dev
 		if d.MIGMode != MIGEnabled {
-			p.fillMemoryAndProcesses(dev, &d, seenPeaks, seenPIDs)
+			p.fillMemoryAndProcesses(id.handle, &d, seenPeaks, seenPIDs)
 			snap.Devices = append(snap.Devices, d)
 			continue
 		}
 		snap.Devices = append(snap.Devices, d)
-		snap.Devices = append(snap.Devices, p.readMIGDevices(dev, d, seenPeaks, seenPIDs)...)
+		for j := range id.migs {
+			m := &id.migs[j]
+			md := m.dev
+			p.fillMemoryAndProcesses(m.handle, &md, seenPeaks, seenPIDs)
+			snap.Devices = append(snap.Devices, md)
+		}
 	}
 	for k := range p.peaks {
 		if _, ok := seenPeaks[k]; !ok {
@@ -409,7 +427,64 @@ func (p *Poller) poll() (*Snapshot, error) {
 			delete(p.names, pid)
 		}
 	}
+	if p.pollErrors > 0 {
+		// A failed call may mean a handle that no longer names the device
+		// (a GPU reset, a MIG instance destroyed): read them again.
+		p.ids.stale = true
+	}
 	return snap, nil
+}
+
+// identities are the devices as the last identity read found them. A
+// poll reads only memory and process lists with the cached handles; the
+// identity is read again after a failed call, a re-initialisation of NVML,
+// a change in the device count, or Config.IdentityRefresh.
+type identities struct {
+	gpus    []gpuIdentity
+	count   int       // DeviceGetCount when read
+	devices int       // devices in a snapshot: GPUs and MIG instances
+	read    time.Time // when read
+	stale   bool      // read again at the next poll
+}
+
+type gpuIdentity struct {
+	handle nvml.Device
+	dev    Device // the identity fields only
+	migs   []migIdentity
+}
+
+type migIdentity struct {
+	handle nvml.Device
+	dev    Device
+}
+
+// readIdentities reads every device's handle, UUID, name, PCI bus ID and
+// MIG mode, and the MIG instances of GPUs in MIG mode. A device that
+// cannot be read is left out until the next read, which a failed call
+// makes the next poll's.
+func (p *Poller) readIdentities(count int, now time.Time) {
+	before := p.pollErrors
+	ids := identities{count: count, read: now, gpus: make([]gpuIdentity, 0, count)}
+	for i := 0; i < count; i++ {
+		dev, ret := p.cfg.Lib.DeviceGetHandleByIndex(i)
+		if ret != nvml.SUCCESS {
+			p.countError("DeviceGetHandleByIndex", ret)
+			continue
+		}
+		d, ok := p.readDevice(dev, i, "")
+		if !ok {
+			continue
+		}
+		d.MIGMode = p.migMode(dev)
+		g := gpuIdentity{handle: dev, dev: d}
+		if d.MIGMode == MIGEnabled {
+			g.migs = p.readMIGDevices(dev, d)
+		}
+		ids.devices += 1 + len(g.migs)
+		ids.gpus = append(ids.gpus, g)
+	}
+	ids.stale = p.pollErrors > before
+	p.ids = ids
 }
 
 // readDevice reads a device's identity. Without a UUID the device cannot be
@@ -465,13 +540,13 @@ func (p *Poller) migMode(dev nvml.Device) string {
 	}
 }
 
-func (p *Poller) readMIGDevices(dev nvml.Device, parent Device, seenPeaks map[peakKey]struct{}, seenPIDs map[uint32]struct{}) []Device {
+func (p *Poller) readMIGDevices(dev nvml.Device, parent Device) []migIdentity {
 	max, ret := dev.GetMaxMigDeviceCount()
 	if ret != nvml.SUCCESS {
 		p.countError("GetMaxMigDeviceCount", ret)
 		return nil
 	}
-	var out []Device
+	var out []migIdentity
 	for j := 0; j < max; j++ {
 		mig, ret := dev.GetMigDeviceHandleByIndex(j)
 		if ret == nvml.ERROR_NOT_FOUND || ret == nvml.ERROR_INVALID_ARGUMENT {
@@ -486,8 +561,7 @@ func (p *Poller) readMIGDevices(dev nvml.Device, parent Device, seenPeaks map[pe
 			continue
 		}
 		d.PCIBusID = parent.PCIBusID
-		p.fillMemoryAndProcesses(mig, &d, seenPeaks, seenPIDs)
-		out = append(out, d)
+		out = append(out, migIdentity{handle: mig, dev: d})
 	}
 	return out
 }
@@ -535,50 +609,52 @@ func (p *Poller) memory(dev nvml.Device, uuid string) (Memory, bool) {
 // processes merges the compute and graphics lists. It fails only when
 // neither list could be read.
 func (p *Poller) processes(dev nvml.Device) ([]Process, bool) {
-	byPID := make(map[uint32]*Process)
-	var order []uint32
-	add := func(infos []nvml.ProcessInfo, compute bool) {
-		for _, info := range infos {
-			pr, ok := byPID[info.Pid]
-			if !ok {
-				pr = &Process{PID: info.Pid}
-				byPID[info.Pid] = pr
-				order = append(order, info.Pid)
-			}
-			if info.UsedGpuMemory != notAvailable {
-				pr.HasUsed = true
-				pr.UsedBytes = max(pr.UsedBytes, info.UsedGpuMemory)
-			}
-			if compute {
-				pr.Compute = true
-			} else {
-				pr.Graphics = true
-			}
-		}
-	}
 	compute, cret := dev.GetComputeRunningProcesses()
-	if cret == nvml.SUCCESS {
-		add(compute, true)
-	} else {
+	if cret != nvml.SUCCESS {
 		p.countError("GetComputeRunningProcesses", cret)
+		compute = nil
 	}
 	graphics, gret := dev.GetGraphicsRunningProcesses()
-	if gret == nvml.SUCCESS {
-		add(graphics, false)
-	} else if gret != nvml.ERROR_NOT_SUPPORTED || cret != nvml.SUCCESS {
+	if gret != nvml.SUCCESS {
 		// Graphics lists are unsupported on many data-centre configurations
 		// (MIG instances among them): count it only when it matters.
-		p.countError("GetGraphicsRunningProcesses", gret)
+		if gret != nvml.ERROR_NOT_SUPPORTED || cret != nvml.SUCCESS {
+			p.countError("GetGraphicsRunningProcesses", gret)
+		}
+		graphics = nil
 	}
 	if cret != nvml.SUCCESS && gret != nvml.SUCCESS {
 		return nil, false
 	}
-	sort.Slice(order, func(i, j int) bool { return order[i] < order[j] })
-	out := make([]Process, 0, len(order))
-	for _, pid := range order {
-		out = append(out, *byPID[pid])
+	// One record per entry, sorted by pid, then the entries of one pid
+	// (in both lists, or listed twice) merged.
+	out := make([]Process, 0, len(compute)+len(graphics))
+	for _, list := range []struct {
+		infos   []nvml.ProcessInfo
+		compute bool
+	}{{compute, true}, {graphics, false}} {
+		for _, info := range list.infos {
+			pr := Process{PID: info.Pid, Compute: list.compute, Graphics: !list.compute}
+			if info.UsedGpuMemory != notAvailable {
+				pr.HasUsed, pr.UsedBytes = true, info.UsedGpuMemory
+			}
+			out = append(out, pr)
+		}
 	}
-	return out, true
+	slices.SortStableFunc(out, func(a, b Process) int { return cmp.Compare(a.PID, b.PID) })
+	merged := out[:0]
+	for _, pr := range out {
+		if n := len(merged); n > 0 && merged[n-1].PID == pr.PID {
+			m := &merged[n-1]
+			m.HasUsed = m.HasUsed || pr.HasUsed
+			m.UsedBytes = max(m.UsedBytes, pr.UsedBytes)
+			m.Compute = m.Compute || pr.Compute
+			m.Graphics = m.Graphics || pr.Graphics
+			continue
+		}
+		merged = append(merged, pr)
+	}
+	return merged, true
 }
 
 // processName asks NVML once per pid; /proc/<pid>/comm is preferred by the
