@@ -267,7 +267,7 @@ func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, er
 	}
 	level.Info(logger).Log("msg", "enabled collectors", "collectors", strings.Join(collector.Enabled(), ","))
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(exp, versioncollector.NewCollector(exporterName), ratelog.Default)
+	reg.MustRegister(exp, versioncollector.NewCollector(exporterName), ratelog.Default, reports)
 	if !o.disableExporterMetrics {
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}

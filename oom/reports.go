@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-kit/log"
 	"github.com/go-kit/log/level"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpumem/gpumem_exporter/allocstats"
 	"github.com/gpumem/gpumem_exporter/attribution"
@@ -24,7 +25,10 @@ import (
 
 // Report is the state of a device when a process on it reported that an
 // allocation failed. Processes are ordered by their footprint (the larger
-// of NVML used and allocator reserved), largest first.
+// of NVML used and allocator reserved), largest first, the processes NVML
+// lists before those it does not: a process that only claims memory never
+// ranks above one NVML sees holding it. At most MaxReportProcesses are
+// listed (the reporting process always among them).
 type Report struct {
 	Time           time.Time `json:"time"`
 	GPU            string    `json:"gpu"` // NVML index of the physical GPU; "" if NVML does not list the device
@@ -45,6 +49,11 @@ type Report struct {
 	DeviceMemory     *DeviceMemory `json:"device_memory,omitempty"`
 	Totals           Totals        `json:"totals"`
 	Processes        []Process     `json:"processes"`
+	// OmittedProcesses is how many processes were left out of Processes
+	// (beyond MaxReportProcesses); Totals still count them.
+	OmittedProcesses int `json:"omitted_processes,omitempty"`
+
+	uid uint32 // of the reporting process, for the ring's per-uid share
 }
 
 // DeviceMemory is NVML's memory info of the device at the time.
@@ -55,7 +64,9 @@ type DeviceMemory struct {
 	ReservedBytes *uint64 `json:"reserved_bytes,omitempty"` // driver reservation; absent with NVML's v1 memory info
 }
 
-// Totals sums the processes' figures where they are known.
+// Totals sums the figures of the processes NVML lists on the device, and of
+// the reporting process, where they are known. A process NVML does not
+// list adds nothing: its figures are its own claim.
 type Totals struct {
 	ReservedBytes     uint64  `json:"reserved_bytes"`
 	ActiveBytes       uint64  `json:"active_bytes"`
@@ -103,6 +114,27 @@ func (p *Process) footprint() uint64 {
 // DefaultCapacity is how many reports are kept when none is configured.
 const DefaultCapacity = 32
 
+// Limits on what one process or user can make the daemon keep: an OOM
+// caught in a loop, or a flood of made-up oom messages, neither erases the
+// other users' reports nor grows the ring's memory.
+const (
+	// PIDReportInterval: at most one report per process in this long.
+	PIDReportInterval = 10 * time.Second
+	// UIDReportsPerMinute: at most this many reports per uid in a minute
+	// (a burst of as many, then one every 60/N seconds).
+	UIDReportsPerMinute = 6
+	// MaxReportProcesses bounds the processes listed in one report.
+	MaxReportProcesses = 32
+)
+
+// Reasons an OOM event gets no report (label reason of
+// gpumem_oom_reports_dropped_total).
+const (
+	dropPIDRate   = "pid_rate"
+	dropUIDRate   = "uid_rate"
+	dropQueueFull = "queue_full"
+)
+
 // Config configures Reports.
 type Config struct {
 	// Capacity is how many reports are kept (DefaultCapacity when <= 0).
@@ -118,21 +150,37 @@ type Config struct {
 	Logger       log.Logger
 }
 
-// Reports keeps the last reports in a ring.
+// Reports keeps the last reports, at most Capacity, oldest first (see keep
+// for which goes when it is full). It is a prometheus.Collector of gpumem_oom_reports_dropped_total.
 type Reports struct {
-	cfg    Config
-	logger log.Logger
-	logs   *ratelog.Limiter
-	queue  chan allocstats.OOMEvent
-	active atomic.Bool // Run is consuming the queue
+	cfg     Config
+	logger  log.Logger
+	logs    *ratelog.Limiter
+	queue   chan allocstats.OOMEvent
+	active  atomic.Bool // Run is consuming the queue
+	dropped *prometheus.CounterVec
+
+	limitMu sync.Mutex
+	lastPID map[pidKey]time.Time    // last report per process
+	uidRate map[uint32]*tokenBucket // report budget per uid
 
 	mu   sync.Mutex
-	ring []Report
-	next int // where the next report goes
-	full bool
+	ring []Report // oldest first
 
 	ctxMu   sync.Mutex
 	context map[contextKey]uint64 // last consistent context per process and device
+}
+
+type pidKey struct {
+	pid   uint32
+	start uint64
+}
+
+// tokenBucket allows UIDReportsPerMinute at once, then refills one every
+// minute/UIDReportsPerMinute.
+type tokenBucket struct {
+	tokens float64
+	last   time.Time
 }
 
 type contextKey struct {
@@ -152,16 +200,73 @@ func New(cfg Config) *Reports {
 	if cfg.Logger == nil {
 		cfg.Logger = log.NewNopLogger()
 	}
-	return &Reports{
+	r := &Reports{
 		cfg:    cfg,
 		logger: cfg.Logger,
-		ring:   make([]Report, cfg.Capacity),
-		// A process that catches OutOfMemoryError in a loop must not
-		// flood the log: beyond a burst, reports are logged at debug.
-		logs:    ratelog.New(10, 6*time.Second),
-		queue:   make(chan allocstats.OOMEvent, queueLength),
+		ring:   make([]Report, 0, cfg.Capacity),
+		// Many processes running out of memory at once must not flood
+		// the log: beyond a burst, reports are logged at debug.
+		logs:  ratelog.Path("oom_report", 10, 6*time.Second),
+		queue: make(chan allocstats.OOMEvent, queueLength),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpumem_oom_reports_dropped_total",
+			Help: "Out-of-memory events that got no report: over the per-process (pid_rate) or per-uid (uid_rate) rate, or with the build queue full (queue_full).",
+		}, []string{"reason"}),
+		lastPID: map[pidKey]time.Time{},
+		uidRate: map[uint32]*tokenBucket{},
 		context: map[contextKey]uint64{},
 	}
+	for _, reason := range []string{dropPIDRate, dropUIDRate, dropQueueFull} {
+		r.dropped.WithLabelValues(reason)
+	}
+	return r
+}
+
+// Describe implements prometheus.Collector.
+func (r *Reports) Describe(ch chan<- *prometheus.Desc) { r.dropped.Describe(ch) }
+
+// Collect implements prometheus.Collector.
+func (r *Reports) Collect(ch chan<- prometheus.Metric) { r.dropped.Collect(ch) }
+
+// allow applies the per-process and per-uid rates at the event's time, and
+// says why not when the event gets no report.
+func (r *Reports) allow(ev allocstats.OOMEvent) (bool, string) {
+	r.limitMu.Lock()
+	defer r.limitMu.Unlock()
+	now := ev.Time
+	if len(r.lastPID) > 1024 { // forget processes that may report again
+		for k, t := range r.lastPID {
+			if now.Sub(t) >= PIDReportInterval {
+				delete(r.lastPID, k)
+			}
+		}
+	}
+	if len(r.uidRate) > 1024 {
+		for uid, b := range r.uidRate {
+			if now.Sub(b.last) >= time.Minute {
+				delete(r.uidRate, uid)
+			}
+		}
+	}
+	k := pidKey{ev.PID, ev.StartTime}
+	if last, ok := r.lastPID[k]; ok && now.Sub(last) < PIDReportInterval {
+		return false, dropPIDRate
+	}
+	b, ok := r.uidRate[ev.UID]
+	if !ok {
+		b = &tokenBucket{tokens: UIDReportsPerMinute, last: now}
+		r.uidRate[ev.UID] = b
+	}
+	if d := now.Sub(b.last); d > 0 {
+		b.tokens = min(UIDReportsPerMinute, b.tokens+d.Minutes()*UIDReportsPerMinute)
+		b.last = now
+	}
+	if b.tokens < 1 {
+		return false, dropUIDRate
+	}
+	b.tokens--
+	r.lastPID[k] = now
+	return true, ""
 }
 
 // queueLength bounds the OOM events waiting for their fresh reading.
@@ -232,10 +337,16 @@ func (r *Reports) lastContext(row *attribution.Row) (uint64, bool) {
 // blocks, and drops the event when the queue is full. Without Run it is
 // built at once.
 func (r *Reports) Record(ev allocstats.OOMEvent) {
+	if ok, why := r.allow(ev); !ok {
+		r.dropped.WithLabelValues(why).Inc()
+		level.Debug(r.logger).Log("msg", "OOM event over the report rate; no report", "pid", ev.PID, "uid", ev.UID, "uuid", ev.UUID, "reason", why)
+		return
+	}
 	if r.active.Load() {
 		select {
 		case r.queue <- ev:
 		default:
+			r.dropped.WithLabelValues(dropQueueFull).Inc()
 			level.Debug(r.logger).Log("msg", "OOM report queue full; event dropped", "pid", ev.PID, "uuid", ev.UUID)
 		}
 		return
@@ -243,14 +354,36 @@ func (r *Reports) Record(ev allocstats.OOMEvent) {
 	r.keep(r.build(ev, r.cfg.Sources.Read()))
 }
 
-// keep stores rep in the ring and logs it.
+// keep stores rep and logs it. When the ring is full, the oldest report of
+// rep's uid goes if that uid holds a quarter of the ring or more, else the
+// oldest report of the uid holding the most: one user flooding the ring
+// replaces its own reports, never the other users'.
 func (r *Reports) keep(rep Report) {
 	r.mu.Lock()
-	r.ring[r.next] = rep
-	r.next = (r.next + 1) % len(r.ring)
-	if r.next == 0 {
-		r.full = true
+	if len(r.ring) == cap(r.ring) {
+		held := map[uint32]int{}
+		for i := range r.ring {
+			held[r.ring[i].uid]++
+		}
+		from := rep.uid
+		if held[from] < max(1, cap(r.ring)/4) {
+			for uid, n := range held {
+				if n > held[from] || (n == held[from] && uid < from) {
+					from = uid
+				}
+			}
+		}
+		victim := 0
+		for i := range r.ring {
+			if r.ring[i].uid == from {
+				victim = i
+				break
+			}
+		}
+		copy(r.ring[victim:], r.ring[victim+1:])
+		r.ring = r.ring[:len(r.ring)-1]
 	}
+	r.ring = append(r.ring, rep)
 	r.mu.Unlock()
 
 	kv := []any{
@@ -264,7 +397,7 @@ func (r *Reports) keep(rep Report) {
 	if rep.Namespace != "" {
 		kv = append(kv, "namespace", rep.Namespace, "pod", rep.Pod, "container", rep.Container)
 	}
-	if len(rep.Processes) > 0 {
+	if len(rep.Processes) > 0 && rep.Processes[0].NVMLListed {
 		top := rep.Processes[0]
 		kv = append(kv, "top_holder_pid", top.PID, "top_holder_comm", top.Comm, "top_holder_bytes", top.footprint())
 	}
@@ -281,6 +414,7 @@ func (r *Reports) build(ev allocstats.OOMEvent, view attribution.View) Report {
 		LimitBytes:     ev.Limit.Ptr(),
 		FreeBytes:      ev.Free.Ptr(),
 		Processes:      []Process{},
+		uid:            ev.UID,
 	}
 	if view.Snapshot != nil && !view.Snapshot.Time.IsZero() && !ev.Time.IsZero() {
 		t := view.Snapshot.Time
@@ -312,6 +446,9 @@ func (r *Reports) build(ev allocstats.OOMEvent, view attribution.View) Report {
 	}
 	sort.SliceStable(rep.Processes, func(i, j int) bool {
 		a, b := &rep.Processes[i], &rep.Processes[j]
+		if a.NVMLListed != b.NVMLListed {
+			return a.NVMLListed
+		}
 		if fa, fb := a.footprint(), b.footprint(); fa != fb {
 			return fa > fb
 		}
@@ -320,6 +457,13 @@ func (r *Reports) build(ev allocstats.OOMEvent, view attribution.View) Report {
 	reporterFound := false
 	for i := range rep.Processes {
 		p := &rep.Processes[i]
+		if p.Reporting {
+			reporterFound = true
+			rep.Comm, rep.Namespace, rep.Pod, rep.Container = p.Comm, p.Namespace, p.Pod, p.Container
+		}
+		if !p.NVMLListed && !p.Reporting {
+			continue // its own claim: not in the device's totals
+		}
 		for _, f := range []struct {
 			sum *uint64
 			v   *uint64
@@ -333,17 +477,30 @@ func (r *Reports) build(ev allocstats.OOMEvent, view attribution.View) Report {
 				*f.sum = addSat(*f.sum, *f.v)
 			}
 		}
-		if p.Reporting {
-			reporterFound = true
-			rep.Comm, rep.Namespace, rep.Pod, rep.Container = p.Comm, p.Namespace, p.Pod, p.Container
-		}
 	}
+	rep.Processes, rep.OmittedProcesses = topProcesses(rep.Processes, MaxReportProcesses)
 	if !reporterFound && r.cfg.Sources.Workload != nil {
 		if in, ok := r.cfg.Sources.Workload.Lookup(ev.PID); ok {
 			rep.Comm, rep.Namespace, rep.Pod, rep.Container = in.Comm, in.Namespace, in.Pod, in.Container
 		}
 	}
 	return rep
+}
+
+// topProcesses keeps the first n of ps, and the reporting process if it
+// comes later (in place of the n-th), and says how many it left out.
+func topProcesses(ps []Process, n int) ([]Process, int) {
+	if len(ps) <= n {
+		return ps, 0
+	}
+	omitted := len(ps) - n
+	for i := n; i < len(ps); i++ {
+		if ps[i].Reporting {
+			ps[n-1] = ps[i]
+			break
+		}
+	}
+	return ps[:n:n], omitted
 }
 
 // process is one row of the join as a report lists it.
@@ -388,13 +545,9 @@ func addSat(a, b uint64) uint64 {
 func (r *Reports) List() []Report {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	n := r.next
-	if r.full {
-		n = len(r.ring)
-	}
-	out := make([]Report, 0, n)
-	for i := 1; i <= n; i++ {
-		out = append(out, r.ring[(r.next-i+len(r.ring))%len(r.ring)])
+	out := make([]Report, len(r.ring))
+	for i := range r.ring {
+		out[len(r.ring)-1-i] = r.ring[i]
 	}
 	return out
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-kit/log"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/gpumem/gpumem_exporter/allocstats"
 	"github.com/gpumem/gpumem_exporter/attribution"
@@ -117,10 +118,11 @@ func TestOOMReportDescribesTheWholeDevice(t *testing.T) {
 		Comm: "train", Namespace: "ml", Pod: "trainer-0", Container: "main",
 		RequestedBytes: 916 * mib, LimitBytes: u64(4096 * mib),
 		DeviceMemory: &DeviceMemory{TotalBytes: 143771 * mib, UsedBytes: 11000 * mib, FreeBytes: 132771 * mib, ReservedBytes: u64(615 * mib)},
+		// pid 500 is not in the totals: NVML does not list it.
 		Totals: Totals{
-			ReservedBytes:     (3072 + 5496 + 100 + 200) * mib,
-			ActiveBytes:       (3000 + 0 + 100 + 50) * mib,
-			InactiveBytes:     (72 + 5496 + 0 + 150) * mib,
+			ReservedBytes:     (3072 + 5496 + 100) * mib,
+			ActiveBytes:       (3000 + 0 + 100) * mib,
+			InactiveBytes:     (72 + 5496 + 0) * mib,
 			ContextBytes:      (518 + 520) * mib,
 			UnattributedBytes: u64((11000 - 3590 - 6016 - 522) * mib),
 		},
@@ -128,8 +130,9 @@ func TestOOMReportDescribesTheWholeDevice(t *testing.T) {
 			{PID: 200, Comm: "eval", NVMLListed: true, UsedBytes: u64(6016 * mib), ContextBytes: u64(520 * mib), ReservedBytes: u64(5496 * mib), ActiveBytes: u64(0), InactiveBytes: u64(5496 * mib)},
 			{PID: 100, Comm: "train", Namespace: "ml", Pod: "trainer-0", Container: "main", Reporting: true, NVMLListed: true, UsedBytes: u64(3590 * mib), ContextBytes: u64(518 * mib), ReservedBytes: u64(3072 * mib), ActiveBytes: u64(3000 * mib), InactiveBytes: u64(72 * mib)},
 			{PID: 300, Comm: "ffmpeg", NVMLListed: true, UsedBytes: u64(522 * mib)},
-			{PID: 500, ReservedBytes: u64(200 * mib), ActiveBytes: u64(50 * mib), InactiveBytes: u64(150 * mib)},
 			{PID: 400, Comm: "python3", NVMLListed: true, ReservedBytes: u64(100 * mib), ActiveBytes: u64(100 * mib), InactiveBytes: u64(0)},
+			// Listed last though it claims more than pid 400 holds.
+			{PID: 500, ReservedBytes: u64(200 * mib), ActiveBytes: u64(50 * mib), InactiveBytes: u64(150 * mib)},
 		},
 	}
 	gotJSON, _ := json.MarshalIndent(got, "", " ")
@@ -219,8 +222,8 @@ func TestOOMLoggingIsRateLimited(t *testing.T) {
 		return nil
 	})
 	reports := New(Config{Capacity: 2, Logger: logger})
-	for i := 0; i < 100; i++ {
-		reports.Record(allocstats.OOMEvent{Time: t0, PID: 1, UUID: testUUID})
+	for i := 0; i < 100; i++ { // 100 processes of 100 users: no report is over a rate
+		reports.Record(allocstats.OOMEvent{Time: t0, PID: uint32(i), UID: uint32(i), UUID: testUUID})
 	}
 	if warns != 10 {
 		t.Errorf("100 OOMs at once logged %d warnings, want the burst of 10", warns)
@@ -320,5 +323,123 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+func dropped(t *testing.T, r *Reports, reason string) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := r.dropped.WithLabelValues(reason).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
+}
+
+func TestOOMReportsAreRateLimitedPerProcessAndPerUID(t *testing.T) {
+	reports := New(Config{Capacity: 32, Logger: log.NewNopLogger()})
+	at := func(d time.Duration, pid, uid uint32) {
+		reports.Record(allocstats.OOMEvent{Time: t0.Add(d), PID: pid, UID: uid, StartTime: 1, UUID: testUUID})
+	}
+	// One process in a loop: one report per PIDReportInterval.
+	for i := 0; i < 50; i++ {
+		at(time.Duration(i)*100*time.Millisecond, 1, 1000)
+	}
+	at(PIDReportInterval, 1, 1000)
+	if n := len(reports.List()); n != 2 {
+		t.Errorf("one process, 51 OOMs over 10 s: %d reports, want 2", n)
+	}
+	if got := dropped(t, reports, dropPIDRate); got != 49 {
+		t.Errorf("dropped for the pid rate = %v, want 49", got)
+	}
+	// One user with many processes: a burst, then the per-minute rate.
+	for pid := uint32(100); pid < 200; pid++ {
+		at(time.Minute, pid, 65534)
+	}
+	at(time.Minute+10*time.Second, 200, 65534)
+	if got := dropped(t, reports, dropUIDRate); got != 100-UIDReportsPerMinute {
+		t.Errorf("dropped for the uid rate = %v, want %d", got, 100-UIDReportsPerMinute)
+	}
+	var mine int
+	for _, r := range reports.List() {
+		if r.uid == 65534 {
+			mine++
+		}
+	}
+	if mine != UIDReportsPerMinute+1 {
+		t.Errorf("the flooding uid has %d reports, want a burst of %d and one more 10 s later", mine, UIDReportsPerMinute)
+	}
+}
+
+// TestOOMFloodDoesNotEraseOtherUsersReports: a user who fills the ring
+// replaces its own reports, not the victim's.
+func TestOOMFloodDoesNotEraseOtherUsersReports(t *testing.T) {
+	reports := New(Config{Capacity: 8, Logger: log.NewNopLogger()})
+	reports.Record(allocstats.OOMEvent{Time: t0, PID: 1, UID: 1000, StartTime: 1, UUID: testUUID, Requested: 42})
+	for i := 0; i < 1000; i++ { // an hour of one report per 4 s, past every rate
+		reports.Record(allocstats.OOMEvent{Time: t0.Add(time.Duration(i) * 10 * time.Second), PID: uint32(10 + i), UID: 65534, StartTime: 1, UUID: testUUID})
+	}
+	count := func() (victim, attacker int) {
+		for _, r := range reports.List() {
+			switch r.uid {
+			case 1000:
+				victim++
+			case 65534:
+				attacker++
+			}
+		}
+		return
+	}
+	if victim, attacker := count(); victim != 1 || attacker != 7 {
+		t.Errorf("reports kept: victim %d (want 1), attacker %d (want the other 7)", victim, attacker)
+	}
+	// The victim's next report replaces one of the flood's, not its first.
+	reports.Record(allocstats.OOMEvent{Time: t0.Add(time.Hour), PID: 2, UID: 1000, StartTime: 1, UUID: testUUID})
+	if victim, attacker := count(); victim != 2 || attacker != 6 {
+		t.Errorf("after another victim report: victim %d (want 2), attacker %d (want 6)", victim, attacker)
+	}
+}
+
+// TestOOMBlameAndInflation: a process NVML does not list, claiming the
+// most memory there is, neither ranks first nor counts in the totals, and
+// a report lists a bounded number of processes.
+func TestOOMBlameAndInflation(t *testing.T) {
+	const huge = 1<<64 - 1
+	procs := []nvmlpoll.Process{{PID: 1, HasUsed: true, UsedBytes: 1000 * mib}}
+	for pid := uint32(2); pid < 100; pid++ {
+		procs = append(procs, nvmlpoll.Process{PID: pid, HasUsed: true, UsedBytes: 10 * mib})
+	}
+	snap := &nvmlpoll.Snapshot{Devices: []nvmlpoll.Device{{
+		Index: 0, UUID: testUUID, HasMemory: true, HasProcesses: true,
+		Memory: nvmlpoll.Memory{Total: 143771 * mib, Used: 1990 * mib}, Processes: procs,
+	}}}
+	store := allocstats.NewStore(time.Minute)
+	feed(t, store, 666, allocstats.DeviceReport{UUID: testUUID, Reserved: huge, Active: allocstats.Some(huge)})
+	feed(t, store, 99, allocstats.DeviceReport{UUID: testUUID, Reserved: 5 * mib})
+	var logBuf bytes.Buffer
+	reports := New(Config{Capacity: 2, Sources: sources(snap, store), Logger: log.NewLogfmtLogger(&logBuf)})
+	reports.Record(feedOOM(t, store, 99, allocstats.OOMMessage{UUID: testUUID, RequestedBytes: 1}))
+	rep := reports.List()[0]
+	if top := rep.Processes[0]; top.PID != 1 {
+		t.Errorf("top holder = pid %d, want pid 1 (the largest NVML lists), not the claim of pid 666", top.PID)
+	}
+	if strings.Contains(logBuf.String(), "top_holder_pid=666") || strings.Contains(logBuf.String(), "18446744073709551615") {
+		t.Errorf("the log blames or repeats the unlisted claim: %s", logBuf.String())
+	}
+	if rep.Totals.ReservedBytes != 5*mib || rep.Totals.ActiveBytes != 0 {
+		t.Errorf("totals = %+v, want only the reporter's 5 MiB reserved", rep.Totals)
+	}
+	if len(rep.Processes) != MaxReportProcesses || rep.OmittedProcesses != 100-MaxReportProcesses {
+		t.Errorf("report lists %d processes and omits %d; want %d and %d", len(rep.Processes), rep.OmittedProcesses, MaxReportProcesses, 100-MaxReportProcesses)
+	}
+	reporter := false
+	for _, p := range rep.Processes {
+		reporter = reporter || (p.Reporting && p.PID == 99)
+	}
+	if !reporter {
+		t.Error("the reporting process was cut from its own report")
+	}
+	body, _ := json.Marshal(rep)
+	if len(body) > 16<<10 {
+		t.Errorf("a report of 100 processes is %d bytes, want it bounded", len(body))
 	}
 }
