@@ -156,9 +156,12 @@ func newProgram(p *proc, capacity uint64, shared uint64) *program {
 		if p.Kind == EvalNoGrad {
 			g.evalEvery = durationBetween(job, 5*time.Minute, 20*time.Minute)
 			g.evalLen = durationBetween(job, 20*time.Second, 90*time.Second)
-			g.evalAmp = g.amp * between(job, 0.5, 1)
-			g.evalKeep = uint64(g.evalAmp * between(job, 0.3, 1))
-			fit(0.9*c-float64(g.evalKeep), p.frag, 1+g.jitter)
+			// An evaluation batch's graph is at most a training step's
+			// activations; part or all of it stays referenced.
+			evalPart, keptPart := between(job, 0.5, 1), between(job, 0.3, 1)
+			fit(0.9*c, p.frag, 1+g.jitter+evalPart*keptPart)
+			g.evalAmp = g.amp * evalPart
+			g.evalKeep = uint64(g.evalAmp * keptPart)
 		} else {
 			fit(0.95*c, p.frag, 1+g.jitter)
 		}
