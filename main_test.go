@@ -43,6 +43,10 @@ import (
 // or "client" (an instrumented process, attribution_test.go).
 const roleEnv = "GPUMEM_TEST_ROLE"
 
+// extraRoles are further roles, registered by other test files' init
+// (security_test.go); each returns the exit status.
+var extraRoles = map[string]func() int{}
+
 var binary string
 
 func TestMain(m *testing.M) {
@@ -57,6 +61,9 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 		os.Exit(0)
+	}
+	if run, ok := extraRoles[os.Getenv(roleEnv)]; ok {
+		os.Exit(run())
 	}
 	binary = os.Args[0]
 	os.Exit(m.Run())
@@ -312,37 +319,10 @@ func servedLabels(t *testing.T, body string) map[string]string {
 	return out
 }
 
-// documentedLabels reads the labels column of docs/metrics.md's tables; the
-// allocator table has none, its rows carry the per-process labels.
 func documentedLabels(t *testing.T) map[string]string {
-	t.Helper()
-	doc, err := os.ReadFile("docs/metrics.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]string{}
-	fourCols := regexp.MustCompile("(?m)^\\| `(gpumem_[a-z0-9_]+)` \\| [^|]+ \\| ([^|]*) \\| [^|]+ \\|$")
-	for _, m := range fourCols.FindAllStringSubmatch(string(doc), -1) {
-		var names []string
-		for _, l := range strings.Split(strings.NewReplacer("`", "", " ", "").Replace(m[2]), ",") {
-			if l != "" {
-				names = append(names, l)
-			}
-		}
-		sort.Strings(names)
-		out[m[1]] = strings.Join(names, ",")
-	}
-	threeCols := regexp.MustCompile("(?m)^\\| `(gpumem_allocator_[a-z0-9_]+)` \\| [^|]+ \\| [^|]+ \\|$")
-	for _, m := range threeCols.FindAllStringSubmatch(string(doc), -1) {
-		out[m[1]] = "comm,container,gpu,namespace,pid,pod,uuid"
-	}
-	if len(out) < 30 {
-		t.Fatalf("read labels of only %d metrics from docs/metrics.md", len(out))
-	}
-	return out
+	return doccheck.DocumentedLabels(t, "docs/metrics.md")
 }
 
-// documentedMetrics lists the metric names in the tables of docs/metrics.md.
 func documentedMetrics(t *testing.T) []string {
 	t.Helper()
 	var names []string

@@ -33,6 +33,47 @@ func DocumentedMetrics(t testing.TB, path string) map[string]string {
 	return metrics
 }
 
+// processLabels are the labels of the per-process series, which the
+// allocator tables (three columns: name, type, meaning) leave implicit.
+const processLabels = "comm,container,gpu,namespace,pid,pod,uuid"
+
+// DocumentedLabels returns, for each metric in the tables of the file at
+// path, its label names sorted and joined with commas. Four-column rows
+// (name, type, labels, meaning) give them; the allocator's three-column
+// rows have the per-process labels.
+func DocumentedLabels(t testing.TB, path string) map[string]string {
+	t.Helper()
+	doc, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, line := range strings.Split(string(doc), "\n") {
+		m := documentedMetric.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		cells := strings.Split(strings.Trim(strings.TrimSpace(line), "|"), "|")
+		switch {
+		case len(cells) == 4:
+			var names []string
+			for _, l := range strings.Split(strings.NewReplacer("`", "", " ", "").Replace(cells[2]), ",") {
+				if l != "" {
+					names = append(names, l)
+				}
+			}
+			sort.Strings(names)
+			out[m[1]] = strings.Join(names, ",")
+		case len(cells) == 3 && strings.HasPrefix(m[1], "gpumem_allocator_"):
+			out[m[1]] = processLabels
+		}
+	}
+	if len(out) < 30 {
+		t.Fatalf("read labels of only %d metrics from %s: has its table format changed?", len(out), path)
+	}
+	return out
+}
+
 // metricName matches a whole Prometheus name, colons included, so that a
 // recording rule's name (gpu:gpumem_memory_used:ratio) is one token that
 // does not start with gpumem_.

@@ -43,3 +43,16 @@ func TestDocumentedMetricsReadsTheTables(t *testing.T) {
 		t.Error("a name outside a table row was taken as documented")
 	}
 }
+
+func TestDocumentedLabelsReadsBothTableShapes(t *testing.T) {
+	labels := DocumentedLabels(t, "../../docs/metrics.md")
+	for name, want := range map[string]string{
+		"gpumem_allocator_reserved_bytes": "comm,container,gpu,namespace,pid,pod,uuid",
+		"gpumem_gpu_memory_total_bytes":   "gpu,uuid",
+		"gpumem_nvml_up":                  "",
+	} {
+		if got, ok := labels[name]; !ok || got != want {
+			t.Errorf("labels of %s = %q (listed %v), want %q", name, got, ok, want)
+		}
+	}
+}
