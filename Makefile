@@ -8,9 +8,14 @@ REVISION    ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS     := -X github.com/prometheus/common/version.Version=$(VERSION) \
                -X github.com/prometheus/common/version.Revision=$(REVISION) \
                -X github.com/prometheus/common/version.Branch=main
-FUZZTIME    ?= 10s
+# Fuzzing in make test is bounded by a count of inputs, not by time: with a
+# time limit, Go 1.26's fuzzer can fail with "context deadline exceeded"
+# and no failing input. `make fuzz-long` fuzzes for a while instead.
+FUZZCOUNT   ?= 3000x
+FUZZTIME    ?= 2m
+FUZZ_TARGETS := FuzzDecodeLine:./allocstats/ FuzzParseCgroup:./workload/
 
-.PHONY: all build test test-go test-python fuzz lint bench clean
+.PHONY: all build test test-go test-python fuzz fuzz-long lint bench clean
 
 all: build
 
@@ -25,8 +30,12 @@ test-go:
 	$(GO) test -race -count=1 ./...
 
 fuzz:
-	$(GO) test -run='^$$' -fuzz=FuzzDecodeLine -fuzztime=$(FUZZTIME) ./allocstats/
-	$(GO) test -run='^$$' -fuzz=FuzzParseCgroup -fuzztime=$(FUZZTIME) ./workload/
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  $(GO) test -run='^$$' -fuzz="^$${t%%:*}$$" -fuzztime=$(FUZZCOUNT) "$${t#*:}"; done
+
+fuzz-long:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  $(GO) test -run='^$$' -fuzz="^$${t%%:*}$$" -fuzztime=$(FUZZTIME) "$${t#*:}"; done
 
 test-python:
 	python3 -m unittest discover -s clients/python
