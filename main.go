@@ -77,6 +77,9 @@ func run(o *options, logger, bare log.Logger) error {
 		return err
 	}
 	defer closeAll(listeners)
+	if err := fitFileLimit(o, logger); err != nil {
+		return err
+	}
 
 	d, err := wire(ctx, o, logger, bare)
 	if err != nil {
@@ -92,6 +95,8 @@ func run(o *options, logger, bare log.Logger) error {
 		// Idle keep-alive connections are closed, so that a flood of them
 		// cannot hold file descriptors the socket and scrapes need.
 		IdleTimeout: time.Minute,
+		// Tells the listeners' connection caps which connections are idle.
+		ConnState: connState,
 	}
 	errc := make(chan error, 2)
 	go func() {
@@ -127,8 +132,8 @@ func run(o *options, logger, bare log.Logger) error {
 }
 
 // listen opens every --web.listen-address (capped at --web.max-connections
-// each) and --web.health-address, or returns nil listeners under systemd
-// socket activation.
+// each, idle connections closed first at the cap), or returns nil
+// listeners under systemd socket activation.
 func listen(o *options) ([]net.Listener, error) {
 	if o.webConfig.WebSystemdSocket != nil && *o.webConfig.WebSystemdSocket {
 		return nil, nil
@@ -144,7 +149,7 @@ func listen(o *options) ([]net.Listener, error) {
 			closeAll(ls)
 			return nil, fmt.Errorf("--web.listen-address=%s: %w", addr, err)
 		}
-		ls = append(ls, netutil.LimitListener(l, o.webMaxConnections))
+		ls = append(ls, newShedListener(l, o.webMaxConnections))
 	}
 	return ls, nil
 }
@@ -170,7 +175,7 @@ func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, er
 		if err != nil {
 			return nil, fmt.Errorf("--web.health-address=%s: %w", o.healthAddress, err)
 		}
-		healthListener = netutil.LimitListener(l, 8)
+		healthListener = netutil.LimitListener(l, healthMaxConnections)
 	}
 	closeHealth := func() {
 		if healthListener != nil {
