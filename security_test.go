@@ -806,3 +806,152 @@ func TestSecurityShedListenerClosesIdleConnectionsFirst(t *testing.T) {
 		t.Errorf("%d connections open (cap 4), %d shed", open, shed)
 	}
 }
+
+// memoryRequest is the DaemonSet's memory request (deploy/kubernetes).
+const memoryRequest = 96 << 20
+
+// procStatusKiB reads a "Vm…:" line of /proc/<pid>/status, in bytes.
+func procStatusBytes(t *testing.T, pid int, field string) uint64 {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^` + field + `:\s+(\d+) kB$`).FindSubmatch(data)
+	if m == nil {
+		t.Fatalf("no %s in /proc/%d/status", field, pid)
+	}
+	v, _ := strconv.ParseUint(string(m[1]), 10, 64)
+	return v << 10
+}
+
+// TestAttackAllAtOnceStaysUnderTheMemoryRequest runs the floods together
+// against one exporter: unfinished 64 KiB lines on a thousand connections
+// (the per-uid cap raised, as if from many users), an OOM flood, a log
+// flood and a thousand idle HTTP connections. A well-behaved client keeps
+// reporting and sees its values in /metrics throughout, and the exporter's
+// peak RSS stays under the DaemonSet's memory request (checked without the
+// race detector, which multiplies memory use; docs/security.md has the
+// figures).
+func TestAttackAllAtOnceStaysUnderTheMemoryRequest(t *testing.T) {
+	e := startExporter(t, "--allocstats.max-connections-per-uid=1024", "--allocstats.max-connections=1100")
+	e.waitReady(t)
+	pid := e.cmd.Process.Pid
+	for i := 0; i < 5; i++ {
+		e.get(t, "/metrics")
+	}
+	baseline := procStatusBytes(t, pid, "VmRSS")
+
+	good, err := net.Dial("unix", e.socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer good.Close()
+	var conns []net.Conn
+	var connsMu sync.Mutex
+	keep := func(c net.Conn) {
+		connsMu.Lock()
+		conns = append(conns, c)
+		connsMu.Unlock()
+	}
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	var wg sync.WaitGroup
+	start := time.Now()
+	wg.Add(4)
+	go func() { // unfinished lines just under the message limit
+		defer wg.Done()
+		line := []byte(`{"v":1,"type":"hello","pad":"` + strings.Repeat("x", 64<<10-40))
+		for i := 0; i < 1000; i++ {
+			c, err := net.Dial("unix", e.socket)
+			if err != nil {
+				continue
+			}
+			keep(c)
+			c.SetWriteDeadline(time.Now().Add(time.Second))
+			c.Write(line)
+		}
+	}()
+	go func() { // an OOM flood
+		defer wg.Done()
+		c, err := net.Dial("unix", e.socket)
+		if err != nil {
+			return
+		}
+		keep(c)
+		w := bufio.NewWriter(c)
+		for i := 0; i < 5000; i++ {
+			fmt.Fprintf(w, `{"v":1,"type":"oom","uuid":%q,"requested_bytes":%d}`+"\n", simulate.UUIDs[1], i)
+		}
+		w.Flush()
+	}()
+	go func() { // a log flood
+		defer wg.Done()
+		for i := 0; i < 2000; i++ {
+			c, err := net.Dial("unix", e.socket)
+			if err != nil {
+				continue
+			}
+			io.WriteString(c, "garbage\n")
+			c.Close()
+		}
+	}()
+	go func() { // idle HTTP connections
+		defer wg.Done()
+		for i := 0; i < 1000; i++ {
+			if c, err := net.Dial("tcp", e.addr); err == nil {
+				keep(c)
+			}
+		}
+	}()
+	// The well-behaved client reports throughout, and is seen.
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	served := 0
+	for i := 1; ; i++ {
+		reserved := 1000 + i
+		if _, err := fmt.Fprintf(good, `{"v":1,"type":"stats","devices":[{"uuid":%q,"reserved_bytes":%d}]}`+"\n", simulate.UUIDs[2], reserved); err != nil {
+			t.Fatalf("the well-behaved client's connection failed under the attacks: %v", err)
+		}
+		re := fmt.Sprintf(`gpumem_allocator_reserved_bytes\{[^}]*pid="%d"[^}]*uuid="%s"\}`, os.Getpid(), simulate.UUIDs[2])
+		seen := within(5*time.Second, func() bool {
+			resp, err := client.Get("http://" + e.addr + "/metrics")
+			if err != nil {
+				return false
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			return metricIn(string(body), re) == float64(reserved)
+		})
+		if !seen {
+			t.Fatalf("the well-behaved client's report %d did not show in /metrics within 5 s under the attacks", i)
+		}
+		served++
+		select {
+		case <-done:
+		default:
+			continue
+		}
+		break
+	}
+	elapsed := time.Since(start)
+	// Let the OOM flood and the evictions finish, then read the peak.
+	eventually(t, 10*time.Second, "the OOM flood handled", func() bool {
+		return e.metric(t, `gpumem_allocstats_messages_total\{result="ok",type="oom"\}`) == 5000
+	})
+	_, body := e.get(t, "/metrics")
+	peak := procStatusBytes(t, pid, "VmHWM")
+	rss := procStatusBytes(t, pid, "VmRSS")
+	t.Logf("RSS before %.1f MiB, after %.1f MiB, peak %.1f MiB (request %d MiB, race detector %v); attacks ran %s, the good client was served %d times; connections closed for the buffer budget: %v, OOM reports dropped: %v, log lines suppressed: %v",
+		float64(baseline)/(1<<20), float64(rss)/(1<<20), float64(peak)/(1<<20), memoryRequest>>20, raceEnabled, elapsed.Round(time.Millisecond), served,
+		metricIn(body, `gpumem_allocstats_connections_closed_total\{reason="buffer_budget"\}`),
+		sumMetric(body, `gpumem_oom_reports_dropped_total\{reason="[a-z_]+"\}`),
+		sumMetric(body, `gpumem_log_messages_suppressed_total\{path="[a-z_]+"\}`))
+	if !raceEnabled && peak >= memoryRequest {
+		t.Errorf("peak RSS %.1f MiB under every attack at once, want under the %d MiB request", float64(peak)/(1<<20), memoryRequest>>20)
+	}
+}

@@ -32,7 +32,7 @@ const (
 	DefaultMaxProcessesPerUID = 64
 	// DefaultMaxBufferedBytes bounds the memory all connections together
 	// hold in unfinished lines.
-	DefaultMaxBufferedBytes = 8 << 20
+	DefaultMaxBufferedBytes = 4 << 20
 	// DefaultUnlistedGrace is how long a process's state on a device where
 	// NVML does not list it is kept.
 	DefaultUnlistedGrace = 30 * time.Second
