@@ -27,7 +27,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/common/version"
 	"github.com/prometheus/exporter-toolkit/web"
 	"golang.org/x/net/netutil"
@@ -35,6 +34,7 @@ import (
 	"github.com/gpumem/gpumem_exporter/allocstats"
 	"github.com/gpumem/gpumem_exporter/attribution"
 	"github.com/gpumem/gpumem_exporter/collector"
+	"github.com/gpumem/gpumem_exporter/exposition"
 	"github.com/gpumem/gpumem_exporter/internal/ratelog"
 	"github.com/gpumem/gpumem_exporter/landing"
 	"github.com/gpumem/gpumem_exporter/nvmlpoll"
@@ -271,8 +271,12 @@ func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, er
 		return nil, err
 	}
 	level.Info(logger).Log("msg", "enabled collectors", "collectors", strings.Join(collector.Enabled(), ","))
+	// One registry for what client_golang collects (build info, the
+	// exporter's own Go and process metrics, ...). The collectors' series
+	// are written straight to the text format (exposition); only a
+	// protobuf scrape gathers them through client_golang.
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(exp, versioncollector.NewCollector(exporterName), ratelog.Default, reports)
+	reg.MustRegister(versioncollector.NewCollector(exporterName), ratelog.Default, reports)
 	if !o.disableExporterMetrics {
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
@@ -299,10 +303,10 @@ func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, er
 		fmt.Fprintln(w, "Ready.")
 	})
 	mux := http.NewServeMux()
-	mux.Handle(o.metricsPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+	mux.Handle(o.metricsPath, exposition.NewHandler(exp, reg, exposition.Options{
 		ErrorLog:            promhttpLogger{logger},
-		ErrorHandling:       promhttp.ContinueOnError,
 		MaxRequestsInFlight: 10,
+		Fallback:            prometheus.Gatherers{reg, exp.Gatherer()},
 	}))
 	mux.Handle("/-/", healthMux)
 	mux.Handle("/api/v1/oom-reports", reports)

@@ -2,8 +2,10 @@ package collector
 
 import (
 	"github.com/go-kit/log"
-	"github.com/gpumem/gpumem_exporter/allocstats"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpumem/gpumem_exporter/allocstats"
+	"github.com/gpumem/gpumem_exporter/attribution"
 )
 
 func init() {
@@ -11,17 +13,20 @@ func init() {
 }
 
 type allocatorCollector struct {
-	reserved, active, inactive, allocated, split     *prometheus.Desc
-	peakReserved, peakActive, limit                  *prometheus.Desc
-	retries, ooms, lastOOMRequest, lastOOMTime, last *prometheus.Desc
+	reserved, active, inactive, allocated, split     *family
+	peakReserved, peakActive, limit                  *family
+	retries, ooms, lastOOMRequest, lastOOMTime, last *family
 }
 
 func newAllocatorCollector(src Sources, _ log.Logger) (Collector, error) {
 	if src.Join.Allocator == nil {
 		return nil, nil
 	}
-	d := func(name, help string) *prometheus.Desc {
-		return prometheus.NewDesc(prometheus.BuildFQName(namespace, "allocator", name), help, processLabelNames, nil)
+	d := func(name, help string) *family {
+		return newFamily(prometheus.BuildFQName(namespace, "allocator", name), help, prometheus.GaugeValue, processSchema)
+	}
+	counter := func(name, help string) *family {
+		return newFamily(prometheus.BuildFQName(namespace, "allocator", name), help, prometheus.CounterValue, processSchema)
 	}
 	return &allocatorCollector{
 		reserved:       d("reserved_bytes", "Memory the framework's caching allocator holds from the device (active + inactive)."),
@@ -32,8 +37,8 @@ func newAllocatorCollector(src Sources, _ log.Logger) (Collector, error) {
 		peakReserved:   d("peak_reserved_bytes", "The framework's peak of reserved memory."),
 		peakActive:     d("peak_active_bytes", "The framework's peak of active memory."),
 		limit:          d("limit_bytes", "The process's memory limit, where one is set."),
-		retries:        d("alloc_retries_total", "Times the allocator flushed its cache and retried cudaMalloc."),
-		ooms:           d("ooms_total", "Out-of-memory errors the allocator raised."),
+		retries:        counter("alloc_retries_total", "Times the allocator flushed its cache and retried cudaMalloc."),
+		ooms:           counter("ooms_total", "Out-of-memory errors the allocator raised."),
 		lastOOMRequest: d("last_oom_request_bytes", "Bytes the last failed allocation asked for."),
 		lastOOMTime:    d("last_oom_timestamp_seconds", "When the last out-of-memory event was reported."),
 		last:           d("last_report_timestamp_seconds", "When the process last reported its allocator state."),
@@ -41,49 +46,53 @@ func newAllocatorCollector(src Sources, _ log.Logger) (Collector, error) {
 }
 
 func (c *allocatorCollector) Update(sc *Scrape, ch chan<- prometheus.Metric) error {
+	return updateRows(c, sc, ch)
+}
+
+// rows are the rows with allocator state.
+func (c *allocatorCollector) rows(sc *Scrape) (*rowSet, error) {
 	v := sc.View()
 	if v.Snapshot == nil || len(v.Snapshot.Devices) == 0 {
-		return ErrNoData // no device to label a report with
+		return nil, ErrNoData // no device to label a report with
 	}
-	rows := v.Rows
-	for i := range rows {
-		r := &rows[i]
-		a := r.Alloc
-		if a == nil {
-			continue
-		}
-		lv := labels(r)
-		gauge := func(desc *prometheus.Desc, v uint64) {
-			ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, float64(v), lv...)
-		}
-		gauge(c.reserved, a.Reserved)
-		if a.Active.OK {
-			gauge(c.active, a.Active.V)
-			gauge(c.inactive, a.Inactive())
-		}
-		for _, o := range []struct {
-			desc *prometheus.Desc
-			v    allocstats.Optional
-		}{
-			{c.allocated, a.Allocated}, {c.split, a.InactiveSplit}, {c.peakReserved, a.PeakReserved},
-			{c.peakActive, a.PeakActive}, {c.limit, a.Limit}, {c.lastOOMRequest, a.LastOOMRequest},
-		} {
-			if o.v.OK {
-				gauge(o.desc, o.v.V)
-			}
-		}
-		if a.AllocRetries.OK {
-			ch <- prometheus.MustNewConstMetric(c.retries, prometheus.CounterValue, float64(a.AllocRetries.V), lv...)
-		}
-		if a.OOMs.OK {
-			ch <- prometheus.MustNewConstMetric(c.ooms, prometheus.CounterValue, float64(a.OOMs.V), lv...)
-		}
-		if !a.LastOOMTime.IsZero() {
-			ch <- prometheus.MustNewConstMetric(c.lastOOMTime, prometheus.GaugeValue, float64(a.LastOOMTime.UnixNano())/1e9, lv...)
-		}
-		if !a.LastReport.IsZero() {
-			ch <- prometheus.MustNewConstMetric(c.last, prometheus.GaugeValue, float64(a.LastReport.UnixNano())/1e9, lv...)
+	all := sc.Rows()
+	var rows []int // of all, those with allocator state
+	for i := range all {
+		if all[i].Alloc != nil {
+			rows = append(rows, i)
 		}
 	}
-	return nil
+	row := func(i int) *attribution.Row { return &all[rows[i]] }
+	value := func(f func(a *allocstats.DeviceStats) (float64, bool)) func(i int) (float64, bool) {
+		return func(i int) (float64, bool) { return f(row(i).Alloc) }
+	}
+	optional := func(f func(a *allocstats.DeviceStats) allocstats.Optional) func(i int) (float64, bool) {
+		return value(func(a *allocstats.DeviceStats) (float64, bool) {
+			o := f(a)
+			return float64(o.V), o.OK
+		})
+	}
+	return &rowSet{
+		n:      len(rows),
+		labels: processLabels(row),
+		columns: []column{
+			{c.reserved, value(func(a *allocstats.DeviceStats) (float64, bool) { return float64(a.Reserved), true })},
+			{c.active, optional(func(a *allocstats.DeviceStats) allocstats.Optional { return a.Active })},
+			{c.inactive, value(func(a *allocstats.DeviceStats) (float64, bool) { return float64(a.Inactive()), a.Active.OK })},
+			{c.allocated, optional(func(a *allocstats.DeviceStats) allocstats.Optional { return a.Allocated })},
+			{c.split, optional(func(a *allocstats.DeviceStats) allocstats.Optional { return a.InactiveSplit })},
+			{c.peakReserved, optional(func(a *allocstats.DeviceStats) allocstats.Optional { return a.PeakReserved })},
+			{c.peakActive, optional(func(a *allocstats.DeviceStats) allocstats.Optional { return a.PeakActive })},
+			{c.limit, optional(func(a *allocstats.DeviceStats) allocstats.Optional { return a.Limit })},
+			{c.lastOOMRequest, optional(func(a *allocstats.DeviceStats) allocstats.Optional { return a.LastOOMRequest })},
+			{c.retries, optional(func(a *allocstats.DeviceStats) allocstats.Optional { return a.AllocRetries })},
+			{c.ooms, optional(func(a *allocstats.DeviceStats) allocstats.Optional { return a.OOMs })},
+			{c.lastOOMTime, value(func(a *allocstats.DeviceStats) (float64, bool) {
+				return float64(a.LastOOMTime.UnixNano()) / 1e9, !a.LastOOMTime.IsZero()
+			})},
+			{c.last, value(func(a *allocstats.DeviceStats) (float64, bool) {
+				return float64(a.LastReport.UnixNano()) / 1e9, !a.LastReport.IsZero()
+			})},
+		},
+	}, nil
 }

@@ -88,20 +88,36 @@ func Enabled() []string {
 	return names
 }
 
-var (
-	scrapeDurationDesc = prometheus.NewDesc(
-		prometheus.BuildFQName(namespace, "scrape", "collector_duration_seconds"),
-		"Duration of a collector scrape.", []string{"collector"}, nil)
-	scrapeSuccessDesc = prometheus.NewDesc(
-		prometheus.BuildFQName(namespace, "scrape", "collector_success"),
-		"Whether a collector succeeded.", []string{"collector"}, nil)
+const (
+	scrapeDurationName = namespace + "_scrape_collector_duration_seconds"
+	scrapeDurationHelp = "Duration of a collector scrape."
+	scrapeSuccessName  = namespace + "_scrape_collector_success"
+	scrapeSuccessHelp  = "Whether a collector succeeded."
 )
 
-// Exporter runs the enabled collectors concurrently on each scrape.
+var (
+	scrapeDurationDesc = prometheus.NewDesc(scrapeDurationName, scrapeDurationHelp, []string{"collector"}, nil)
+	scrapeSuccessDesc  = prometheus.NewDesc(scrapeSuccessName, scrapeSuccessHelp, []string{"collector"}, nil)
+)
+
+// Exporter runs the enabled collectors on each scrape. As a
+// prometheus.Collector it is the reference (and what protobuf scrapes
+// get); GatherText writes the same series in the text format without
+// building client_golang metrics, and reuses the data collectors' text
+// while the NVML snapshot and the joined rows are unchanged.
 type Exporter struct {
 	src        attribution.Sources
 	collectors map[string]Collector
 	logger     log.Logger
+	// aggregate is AggregatePID or AggregatePod.
+	aggregate string
+	agg       *aggregator
+
+	// For GatherText: each collector that is not a row collector behind
+	// its own registry, and the last rendering of the row collectors.
+	registries map[string]*adapterRegistry
+	cache      textCache
+	gatherer   prometheus.Gatherer
 }
 
 // New builds the named collectors (all enabled ones when names is empty).
@@ -110,7 +126,10 @@ func New(src Sources, logger log.Logger, names ...string) (*Exporter, error) {
 	if len(names) == 0 {
 		names = Enabled()
 	}
-	e := &Exporter{src: src.Join, collectors: map[string]Collector{}, logger: logger}
+	e := &Exporter{
+		src: src.Join, collectors: map[string]Collector{}, logger: logger,
+		aggregate: *processAggregation, agg: newAggregator(),
+	}
 	for _, n := range names {
 		factoriesMu.Lock()
 		f, ok := factories[n]
@@ -139,25 +158,53 @@ func (e *Exporter) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
-	sc := &Scrape{src: e.src}
+	sc := e.newScrape()
 	var wg sync.WaitGroup
 	for name, c := range e.collectors {
 		wg.Add(1)
 		go func(name string, c Collector) {
 			defer wg.Done()
-			e.execute(name, c, sc, ch)
+			begin := time.Now()
+			err := c.Update(sc, ch)
+			r := e.result(name, time.Since(begin), err)
+			ch <- prometheus.MustNewConstMetric(scrapeDurationDesc, prometheus.GaugeValue, r.duration.Seconds(), name)
+			ch <- prometheus.MustNewConstMetric(scrapeSuccessDesc, prometheus.GaugeValue, r.success(), name)
 		}(name, c)
 	}
 	wg.Wait()
+}
+
+// Gatherer returns a registry holding only the exporter: what a protobuf
+// scrape gathers, through promhttp.
+func (e *Exporter) Gatherer() prometheus.Gatherer {
+	e.cache.mu.Lock()
+	defer e.cache.mu.Unlock()
+	if e.gatherer == nil {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(e)
+		e.gatherer = reg
+	}
+	return e.gatherer
+}
+
+func (e *Exporter) newScrape() *Scrape {
+	sc := &Scrape{src: e.src}
+	if e.aggregate == AggregatePod {
+		sc.agg = e.agg
+	}
+	return sc
 }
 
 // Scrape holds what one Collect reads once for all its collectors: the
 // NVML snapshot and its join with the allocator store, so that every
 // collector of a scrape sees the same reading.
 type Scrape struct {
-	src  attribution.Sources
-	once sync.Once
-	view attribution.View
+	src      attribution.Sources
+	agg      *aggregator // nil: one row per process
+	once     sync.Once
+	view     attribution.View
+	rowsOnce sync.Once
+	rows     []attribution.Row
 }
 
 // View returns the scrape's reading of the sources, joined on first use.
@@ -166,19 +213,42 @@ func (sc *Scrape) View() attribution.View {
 	return sc.view
 }
 
-func (e *Exporter) execute(name string, c Collector, sc *Scrape, ch chan<- prometheus.Metric) {
-	begin := time.Now()
-	err := c.Update(sc, ch)
-	duration := time.Since(begin)
-	success := 1.0
+// Rows returns the rows the process and allocator collectors export: the
+// view's, or with --collector.process.aggregate=pod one per container and
+// device for processes in a pod.
+func (sc *Scrape) Rows() []attribution.Row {
+	sc.rowsOnce.Do(func() {
+		sc.rows = sc.View().Rows
+		if sc.agg != nil {
+			sc.rows = sc.agg.aggregate(sc.rows)
+		}
+	})
+	return sc.rows
+}
+
+// result is how one collector did in one scrape.
+type result struct {
+	name     string
+	duration time.Duration
+	err      error
+}
+
+func (r result) success() float64 {
+	if r.err != nil {
+		return 0
+	}
+	return 1
+}
+
+// result logs a collector's failure (ErrNoData at debug) and returns its
+// result.
+func (e *Exporter) result(name string, duration time.Duration, err error) result {
 	if err != nil {
-		success = 0
 		if errors.Is(err, ErrNoData) {
 			level.Debug(e.logger).Log("msg", "collector returned no data", "name", name, "duration_seconds", duration.Seconds(), "err", err)
 		} else {
 			level.Error(e.logger).Log("msg", "collector failed", "name", name, "duration_seconds", duration.Seconds(), "err", err)
 		}
 	}
-	ch <- prometheus.MustNewConstMetric(scrapeDurationDesc, prometheus.GaugeValue, duration.Seconds(), name)
-	ch <- prometheus.MustNewConstMetric(scrapeSuccessDesc, prometheus.GaugeValue, success, name)
+	return result{name, duration, err}
 }

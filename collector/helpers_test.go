@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -123,13 +124,106 @@ func newRegistry(t testing.TB, src Sources, names ...string) *prometheus.Registr
 	if err := reg.Register(exp); err != nil {
 		t.Fatalf("registering the exporter: %v", err)
 	}
+	exportersMu.Lock()
+	exporters[reg] = exp
+	exportersMu.Unlock()
 	return reg
+}
+
+// exporters maps the registries newRegistry made to their exporter, so
+// that compareGolden can check the text path too.
+var (
+	exportersMu sync.Mutex
+	exporters   = map[prometheus.Gatherer]*Exporter{}
+)
+
+// textOf encodes the families of a gather, duration metrics aside, as
+// expfmt writes them.
+func textOf(t testing.TB, mfs []*dto.MetricFamily) string {
+	t.Helper()
+	var buf bytes.Buffer
+	for _, mf := range mfs {
+		if durationMetrics[mf.GetName()] {
+			continue
+		}
+		if _, err := expfmt.MetricFamilyToText(&buf, mf); err != nil {
+			t.Fatalf("encoding %s: %v", mf.GetName(), err)
+		}
+	}
+	return buf.String()
+}
+
+// gatherText is what GatherText writes, duration metrics aside.
+func gatherText(t testing.TB, exp *Exporter) string {
+	t.Helper()
+	fams, err := exp.GatherText()
+	if err != nil {
+		t.Fatalf("GatherText: %v", err)
+	}
+	var b strings.Builder
+	for i, f := range fams {
+		if i > 0 && fams[i-1].Name >= f.Name {
+			t.Fatalf("GatherText: %s after %s: not sorted by name, or twice", f.Name, fams[i-1].Name)
+		}
+		if !durationMetrics[f.Name] {
+			b.Write(f.Text)
+		}
+	}
+	return b.String()
+}
+
+// compareText checks that the exporter's text path writes, byte for
+// byte, what client_golang gathers and expfmt encodes from reg: once
+// rendered, and once from its cache.
+func compareText(t *testing.T, exp *Exporter, reg prometheus.Gatherer) {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	want := textOf(t, mfs)
+	for _, pass := range []string{"rendered", "cached"} {
+		if got := gatherText(t, exp); got != want {
+			t.Errorf("the text path (%s) differs from client_golang's:\n%s", pass, lineDiff(want, got))
+		}
+	}
+}
+
+// lineDiff lists the lines only in want (-) and only in got (+).
+func lineDiff(want, got string) string {
+	count := map[string]int{}
+	for _, l := range strings.Split(want, "\n") {
+		count[l]++
+	}
+	for _, l := range strings.Split(got, "\n") {
+		count[l]--
+	}
+	var out []string
+	for l, n := range count {
+		switch {
+		case n > 0:
+			out = append(out, "- "+l)
+		case n < 0:
+			out = append(out, "+ "+l)
+		}
+	}
+	sort.Strings(out)
+	if len(out) == 0 {
+		return "(same lines, in another order)"
+	}
+	return strings.Join(out, "\n")
 }
 
 // compareGolden compares everything reg gathers, duration metrics aside,
 // with testdata/<name>.prom: a family in either and not the other fails.
 func compareGolden(t *testing.T, reg prometheus.Gatherer, name string) {
 	t.Helper()
+	exportersMu.Lock()
+	exp := exporters[reg]
+	exportersMu.Unlock()
+	if exp != nil {
+		compareText(t, exp, reg)
+	}
 	path := filepath.Join("testdata", name+".prom")
 	mfs, err := reg.Gather()
 	if err != nil {

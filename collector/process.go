@@ -9,12 +9,27 @@ import (
 	"github.com/gpumem/gpumem_exporter/attribution"
 )
 
-// processLabelNames are the per-process labels fixed by the spec.
-var processLabelNames = []string{"gpu", "uuid", "pid", "comm", "namespace", "pod", "container"}
+// The per-process labels fixed by the spec, and those of process_info.
+var (
+	processSchema     = newSchema("gpu", "uuid", "pid", "comm", "namespace", "pod", "container")
+	processInfoSchema = newSchema(append(append([]string{}, processSchema.names...), "container_id", "pod_uid", "slurm_job_id", "uid", "framework")...)
+)
 
-// labels are the values of processLabelNames for r.
-func labels(r *attribution.Row) []string {
-	return []string{r.GPU, r.UUID, strconv.FormatUint(uint64(r.PID), 10), r.Comm, r.Info.Namespace, r.Info.Pod, r.Info.Container}
+// processLabels returns the labels of row(i) in processSchema or
+// processInfoSchema. An aggregated row (no pid) has empty pid and comm.
+func processLabels(row func(i int) *attribution.Row) func(i int, s *schema) []string {
+	return func(i int, s *schema) []string {
+		r := row(i)
+		pid := ""
+		if r.PID != 0 {
+			pid = strconv.FormatUint(uint64(r.PID), 10)
+		}
+		if s == processSchema {
+			return []string{r.GPU, r.UUID, pid, r.Comm, r.Info.Namespace, r.Info.Pod, r.Info.Container}
+		}
+		in := r.Info
+		return []string{r.GPU, r.UUID, pid, r.Comm, in.Namespace, in.Pod, in.Container, in.ContainerID, in.PodUID, in.SlurmJobID, in.UID, r.Framework}
+	}
 }
 
 func init() {
@@ -22,41 +37,49 @@ func init() {
 }
 
 type processCollector struct {
-	used, peak, ctx, info *prometheus.Desc
+	used, peak, ctx, info *family
 }
 
 func newProcessCollector(_ Sources, _ log.Logger) (Collector, error) {
-	d := func(name, help string) *prometheus.Desc {
-		return prometheus.NewDesc(prometheus.BuildFQName(namespace, "process", name), help, processLabelNames, nil)
+	d := func(name, help string) *family {
+		return newFamily(prometheus.BuildFQName(namespace, "process", name), help, prometheus.GaugeValue, processSchema)
 	}
-	infoLabels := append(append([]string{}, processLabelNames...), "container_id", "pod_uid", "slurm_job_id", "uid", "framework")
 	return &processCollector{
 		used: d("memory_used_bytes", "Device memory the process uses (NVML usedGpuMemory): context plus allocator reserved."),
 		peak: d("memory_peak_bytes", "Highest used memory the poller saw since the process appeared on the device."),
 		ctx:  d("context_bytes", "Used minus allocator reserved: the CUDA context and memory outside the allocator. Only for processes that report allocator stats."),
-		info: prometheus.NewDesc(prometheus.BuildFQName(namespace, "process", "info"), "What is known about a process on a device.", infoLabels, nil),
+		info: newFamily(prometheus.BuildFQName(namespace, "process", "info"), "What is known about a process on a device.", prometheus.GaugeValue, processInfoSchema),
 	}, nil
 }
 
 func (c *processCollector) Update(sc *Scrape, ch chan<- prometheus.Metric) error {
+	return updateRows(c, sc, ch)
+}
+
+func (c *processCollector) rows(sc *Scrape) (*rowSet, error) {
 	v := sc.View()
 	if v.Snapshot == nil || len(v.Snapshot.Devices) == 0 {
-		return ErrNoData
+		return nil, ErrNoData
 	}
-	rows := v.Rows
-	for i := range rows {
-		r := &rows[i]
-		lv := labels(r)
-		if r.NVML != nil && r.NVML.HasUsed {
-			ch <- prometheus.MustNewConstMetric(c.used, prometheus.GaugeValue, float64(r.NVML.UsedBytes), lv...)
-			ch <- prometheus.MustNewConstMetric(c.peak, prometheus.GaugeValue, float64(r.NVML.PeakBytes), lv...)
-			if ctx, ok := r.Context(); ok {
-				ch <- prometheus.MustNewConstMetric(c.ctx, prometheus.GaugeValue, float64(ctx), lv...)
+	rows := sc.Rows()
+	nvml := func(f func(r *attribution.Row) (uint64, bool)) func(i int) (float64, bool) {
+		return func(i int) (float64, bool) {
+			r := &rows[i]
+			if r.NVML == nil || !r.NVML.HasUsed {
+				return 0, false
 			}
+			v, ok := f(r)
+			return float64(v), ok
 		}
-		in := r.Info
-		ch <- prometheus.MustNewConstMetric(c.info, prometheus.GaugeValue, 1,
-			append(lv, in.ContainerID, in.PodUID, in.SlurmJobID, in.UID, r.Framework)...)
 	}
-	return nil
+	return &rowSet{
+		n:      len(rows),
+		labels: processLabels(func(i int) *attribution.Row { return &rows[i] }),
+		columns: []column{
+			{c.used, nvml(func(r *attribution.Row) (uint64, bool) { return r.NVML.UsedBytes, true })},
+			{c.peak, nvml(func(r *attribution.Row) (uint64, bool) { return r.NVML.PeakBytes, true })},
+			{c.ctx, nvml(func(r *attribution.Row) (uint64, bool) { return r.Context() })},
+			{c.info, func(int) (float64, bool) { return 1, true }},
+		},
+	}, nil
 }

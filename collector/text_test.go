@@ -1,0 +1,131 @@
+package collector
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-kit/log"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpumem/gpumem_exporter/allocstats"
+	"github.com/gpumem/gpumem_exporter/internal/doccheck"
+	"github.com/gpumem/gpumem_exporter/nvmlpoll"
+	"github.com/gpumem/gpumem_exporter/simulate"
+	"github.com/gpumem/gpumem_exporter/simulate/scenario"
+)
+
+// simulatedExporter wires the simulated node as main does, the node
+// naming its processes' pods and Slurm jobs, on a clock that advances one
+// second per poll.
+func simulatedExporter(t testing.TB, scenarioName string, processesPerGPU int, aggregate string) (*nvmlpoll.Poller, *Exporter, *prometheus.Registry) {
+	t.Helper()
+	store := allocstats.NewStore(time.Minute)
+	now := time.Unix(1_750_000_000, 0)
+	sim, err := simulate.New(simulate.Config{Scenario: scenarioName, ProcessesPerGPU: processesPerGPU, Seed: 1, Sink: store,
+		Now: func() time.Time { now = now.Add(time.Second); return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := nvmlpoll.NewPoller(nvmlpoll.Config{Lib: sim.Interface(), BeforePoll: sim.Step})
+	src := sources(p, store, nil)
+	src.Join.Workload = sim
+	exp, err := New(src, log.NewNopLogger(), Names()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp.aggregate = aggregate
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(exp)
+	return p, exp, reg
+}
+
+// The text path writes what client_golang would, byte for byte, on every
+// step of the simulated node's scripts (processes starting, growing,
+// reporting, running out of memory and exiting), per process and per pod;
+// and promtool accepts it.
+func TestTextMatchesClientGolangOnTheSimulatedNode(t *testing.T) {
+	for _, tc := range []struct {
+		name, scenario string
+		perGPU         int
+		aggregate      string
+		steps          int
+	}{
+		{"load, 16 processes per GPU", simulate.Load, 16, AggregatePID, 65},
+		{"mix", scenario.Mix, 0, AggregatePID, 150},
+		{"mix, per pod", scenario.Mix, 0, AggregatePod, 150},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, exp, reg := simulatedExporter(t, tc.scenario, tc.perGPU, tc.aggregate)
+			for step := 1; step <= tc.steps; step++ {
+				if err := p.Poll(); err != nil {
+					t.Fatalf("step %d: poll: %v", step, err)
+				}
+				compareText(t, exp, reg)
+				if t.Failed() {
+					t.Fatalf("step %d: the text path differs", step)
+				}
+			}
+			promtool := doccheck.Promtool(t)
+			cmd := exec.Command(promtool, "check", "metrics")
+			cmd.Stdin = strings.NewReader(gatherText(t, exp))
+			if out, err := cmd.CombinedOutput(); err != nil || len(strings.TrimSpace(string(out))) > 0 {
+				t.Errorf("promtool check metrics: %v\n%s", err, out)
+			}
+		})
+	}
+}
+
+// A scrape's allocations do not grow with the number of scrapes: the
+// 2000th costs what the 20th did.
+func TestTextScrapeAllocationsDoNotGrow(t *testing.T) {
+	p, exp, _ := simulatedExporter(t, simulate.Load, 4, AggregatePID)
+	scrape := func() {
+		if err := p.Poll(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := exp.GatherText(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 60; i++ { // every slot started
+		scrape()
+	}
+	early := testing.AllocsPerRun(20, scrape)
+	for i := 0; i < 500; i++ {
+		scrape()
+	}
+	late := testing.AllocsPerRun(20, scrape)
+	if late > early*1.1+10 {
+		t.Errorf("allocations per poll and scrape grew from %.0f to %.0f over 500 scrapes", early, late)
+	}
+}
+
+// Unchanged sources are not rendered again.
+func TestTextIsReusedWhileTheViewIsTheSame(t *testing.T) {
+	p, exp, _ := simulatedExporter(t, simulate.Load, 4, AggregatePID)
+	if err := p.Poll(); err != nil {
+		t.Fatal(err)
+	}
+	first, _ := exp.GatherText()
+	second, _ := exp.GatherText()
+	same := 0
+	for i := range first {
+		if strings.HasPrefix(first[i].Name, "gpumem_process_") && &first[i].Text[0] == &second[i].Text[0] {
+			same++
+		}
+	}
+	if same == 0 {
+		t.Error("the second scrape of an unchanged node rendered the process families again")
+	}
+	if err := p.Poll(); err != nil {
+		t.Fatal(err)
+	}
+	third, _ := exp.GatherText()
+	for i := range third {
+		if third[i].Name == "gpumem_process_memory_used_bytes" && string(third[i].Text) == string(first[i].Text) {
+			t.Error("a scrape after a poll that changed the node served the old text")
+		}
+	}
+}

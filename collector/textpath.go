@@ -1,0 +1,213 @@
+package collector
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
+
+	"github.com/gpumem/gpumem_exporter/attribution"
+	"github.com/gpumem/gpumem_exporter/exposition"
+	"github.com/gpumem/gpumem_exporter/nvmlpoll"
+)
+
+// rowsCollector is a data collector: its series are rows of the scrape's
+// view, which GatherText writes straight to the text format.
+type rowsCollector interface {
+	rows(sc *Scrape) (*rowSet, error)
+}
+
+// updateRows is the Update of a rowsCollector.
+func updateRows(c rowsCollector, sc *Scrape, ch chan<- prometheus.Metric) error {
+	rs, err := c.rows(sc)
+	if err != nil {
+		return err
+	}
+	rs.collect(ch)
+	return nil
+}
+
+var _ exposition.TextGatherer = (*Exporter)(nil)
+
+// GatherText implements exposition.TextGatherer: every family the
+// exporter exports, sorted by name, as client_golang would write them.
+// The row collectors' text is rendered again only when the snapshot or
+// the joined rows changed since the last call; the other collectors (the
+// sources' health) are gathered each time.
+func (e *Exporter) GatherText() ([]exposition.TextFamily, error) {
+	names := make([]string, 0, len(e.collectors))
+	for n := range e.collectors {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+
+	out, results := e.rowsText(names)
+	var errs []error
+	for _, n := range names {
+		if _, ok := e.collectors[n].(rowsCollector); ok {
+			continue
+		}
+		fams, r, err := e.adapterText(n)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		out = append(out, fams...)
+		results = append(results, r)
+	}
+	slices.SortFunc(results, func(a, b result) int { return strings.Compare(a.name, b.name) })
+	out = append(out, scrapeText(results)...)
+	slices.SortFunc(out, func(a, b exposition.TextFamily) int { return strings.Compare(a.Name, b.Name) })
+	return out, errors.Join(errs...)
+}
+
+// textCache is the last rendering of the row collectors and what it was
+// rendered from.
+type textCache struct {
+	mu       sync.Mutex
+	valid    bool
+	snap     *nvmlpoll.Snapshot
+	rows     []attribution.Row
+	families []exposition.TextFamily
+	errs     map[string]error
+}
+
+// rowsText renders the row collectors among names, or reuses the last
+// rendering when the view is the same.
+func (e *Exporter) rowsText(names []string) ([]exposition.TextFamily, []result) {
+	begin := time.Now()
+	sc := e.newScrape()
+	v := sc.View()
+	joined := time.Since(begin)
+
+	c := &e.cache
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var results []result
+	if c.valid && c.snap == v.Snapshot && rowsEqual(c.rows, v.Rows) {
+		for _, n := range names {
+			if _, ok := e.collectors[n].(rowsCollector); ok {
+				results = append(results, result{n, time.Since(begin), c.errs[n]})
+			}
+		}
+		return slices.Clone(c.families), results
+	}
+	var fams []exposition.TextFamily
+	errs := map[string]error{}
+	for _, n := range names {
+		rc, ok := e.collectors[n].(rowsCollector)
+		if !ok {
+			continue
+		}
+		start := time.Now()
+		rs, err := rc.rows(sc)
+		if err == nil {
+			fams = rs.appendText(fams)
+		}
+		errs[n] = err
+		results = append(results, e.result(n, joined+time.Since(start), err))
+	}
+	c.valid, c.snap, c.rows, c.families, c.errs = true, v.Snapshot, v.Rows, fams, errs
+	return slices.Clone(fams), results
+}
+
+// rowsEqual reports whether two joins of the same snapshot gave the same
+// rows. NVML's part is compared by pointer (into the same snapshot), the
+// allocator's by value (each join copies the store).
+func rowsEqual(a, b []attribution.Row) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		x, y := &a[i], &b[i]
+		if x.GPU != y.GPU || x.UUID != y.UUID || x.PID != y.PID || x.Framework != y.Framework || x.Comm != y.Comm ||
+			x.Info != y.Info || x.NVML != y.NVML || (x.Alloc == nil) != (y.Alloc == nil) || (x.Alloc != nil && *x.Alloc != *y.Alloc) {
+			return false
+		}
+	}
+	return true
+}
+
+// adapterRegistry gathers one collector that is not a row collector (a
+// source's own health) through a registry of its own.
+type adapterRegistry struct {
+	mu  sync.Mutex // one scrape at a time: sc and err are per scrape
+	reg *prometheus.Registry
+	c   Collector
+	sc  *Scrape
+	err error
+}
+
+func (a *adapterRegistry) Describe(chan<- *prometheus.Desc) {} // unchecked
+
+func (a *adapterRegistry) Collect(ch chan<- prometheus.Metric) { a.err = a.c.Update(a.sc, ch) }
+
+// adapterText gathers collector name and writes its families.
+func (e *Exporter) adapterText(name string) ([]exposition.TextFamily, result, error) {
+	e.cache.mu.Lock()
+	if e.registries == nil {
+		e.registries = map[string]*adapterRegistry{}
+	}
+	a := e.registries[name]
+	if a == nil {
+		a = &adapterRegistry{reg: prometheus.NewRegistry(), c: e.collectors[name]}
+		a.reg.MustRegister(a)
+		e.registries[name] = a
+	}
+	e.cache.mu.Unlock()
+
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	begin := time.Now()
+	a.sc, a.err = e.newScrape(), nil
+	mfs, gatherErr := a.reg.Gather()
+	err := a.err
+	if gatherErr != nil && err == nil {
+		err = gatherErr
+	}
+	out := make([]exposition.TextFamily, 0, len(mfs))
+	var buf bytes.Buffer
+	for _, mf := range mfs {
+		buf.Reset()
+		if _, encErr := expfmt.MetricFamilyToText(&buf, mf); encErr != nil {
+			err = errors.Join(err, fmt.Errorf("encoding %s: %w", mf.GetName(), encErr))
+			continue
+		}
+		out = append(out, exposition.TextFamily{Name: mf.GetName(), Text: bytes.Clone(buf.Bytes())})
+	}
+	var reported error
+	if gatherErr != nil {
+		reported = fmt.Errorf("collector %s: %w", name, gatherErr)
+	}
+	return out, e.result(name, time.Since(begin), err), reported
+}
+
+// scrapeText writes gpumem_scrape_collector_duration_seconds and
+// _success for results, which are sorted by name.
+func scrapeText(results []result) []exposition.TextFamily {
+	if len(results) == 0 {
+		return nil
+	}
+	write := func(name, help string, value func(r result) float64) exposition.TextFamily {
+		b := appendHeader(nil, &family{name: name, help: help, typ: prometheus.GaugeValue})
+		for _, r := range results {
+			b = append(b, name...)
+			b = append(b, `{collector="`...)
+			b = appendLabelValue(b, r.name)
+			b = append(b, `"} `...)
+			b = appendFloat(b, value(r))
+			b = append(b, '\n')
+		}
+		return exposition.TextFamily{Name: name, Text: b}
+	}
+	return []exposition.TextFamily{
+		write(scrapeDurationName, scrapeDurationHelp, func(r result) float64 { return r.duration.Seconds() }),
+		write(scrapeSuccessName, scrapeSuccessHelp, result.success),
+	}
+}
