@@ -833,7 +833,14 @@ func procStatusBytes(t *testing.T, pid int, field string) uint64 {
 // peak RSS stays under the DaemonSet's memory request (checked without the
 // race detector, which multiplies memory use; docs/security.md has the
 // figures).
+//
+// GPUMEM_ATTACK_EXPORTER=path runs the attacks against that build of the
+// exporter instead of this test binary (whose own code adds to the RSS).
 func TestAttackAllAtOnceStaysUnderTheMemoryRequest(t *testing.T) {
+	if b := os.Getenv("GPUMEM_ATTACK_EXPORTER"); b != "" {
+		defer func(old string) { binary = old }(binary)
+		binary = b
+	}
 	e := startExporter(t, "--allocstats.max-connections-per-uid=1024", "--allocstats.max-connections=1100")
 	e.waitReady(t)
 	pid := e.cmd.Process.Pid
