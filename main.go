@@ -210,7 +210,7 @@ func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, er
 		lib = sim.Interface()
 		level.Info(logger).Log("msg", "using the simulated NVML backend: 8 scripted H200 GPUs", "scenario", sim.Scenario(), "seed", o.simSeed, "speed", o.simSpeed)
 	}
-	alive := processAlive(o.procPath, sim)
+	alive := processAlive(o.procPath, sim, resolver)
 	cfg := nvmlpoll.Config{Lib: lib, Interval: o.pollInterval, Logger: log.With(logger, "component", "nvml")}
 	if sim != nil {
 		cfg.BeforePoll = sim.Step
@@ -358,15 +358,19 @@ func ready(p *nvmlpoll.Poller, srv *allocstats.Server) (bool, string) {
 }
 
 // processAlive tells the store's Prune whether a reporting process still
-// runs: the simulated node answers for its own pids, /proc for the rest.
-// It answers true when it cannot tell (the TTL still applies after a
-// disconnect).
-func processAlive(procPath string, sim *simulate.Node) func(pid uint32, start uint64) bool {
+// runs: the simulated node answers for its own pids, the resolver's
+// Refresh of the same poll for the rest (so that each /proc/<pid>/stat is
+// read once a poll), /proc for a pid it did not read. It answers true when
+// it cannot tell (the TTL still applies after a disconnect).
+func processAlive(procPath string, sim *simulate.Node, resolver *workload.ProcResolver) func(pid uint32, start uint64) bool {
 	return func(pid uint32, start uint64) bool {
 		if sim != nil {
 			if alive, ok := sim.Alive(pid); ok {
 				return alive
 			}
+		}
+		if alive, known := resolver.Alive(pid, start); known {
+			return alive
 		}
 		st, err := workload.StartTime(procPath, pid)
 		if errors.Is(err, fs.ErrNotExist) {

@@ -36,6 +36,8 @@ type cacheEntry struct {
 	// tell about it (it exited, or could not be read). It is read again on
 	// the next Refresh that lists it.
 	failed bool
+	// gone: the failure was that the process does not exist.
+	gone bool
 }
 
 var _ Resolver = (*ProcResolver)(nil)
@@ -87,7 +89,7 @@ func (r *ProcResolver) resolve(pid uint32, old map[uint32]cacheEntry) cacheEntry
 	start, err := StartTime(r.procPath, pid)
 	if err != nil {
 		r.logReadError(pid, "stat", err, known && prev.failed)
-		return cacheEntry{info: Info{PID: pid}, failed: true}
+		return cacheEntry{info: Info{PID: pid}, failed: true, gone: errors.Is(err, fs.ErrNotExist)}
 	}
 	if known && !prev.failed && prev.info.StartTime == start {
 		return prev
@@ -95,9 +97,29 @@ func (r *ProcResolver) resolve(pid uint32, old map[uint32]cacheEntry) cacheEntry
 	info, err := r.read(pid, start)
 	if err != nil {
 		r.logReadError(pid, "details", err, known && prev.failed)
-		return cacheEntry{info: Info{PID: pid}, failed: true}
+		return cacheEntry{info: Info{PID: pid}, failed: true, gone: errors.Is(err, fs.ErrNotExist)}
 	}
 	return cacheEntry{info: info}
+}
+
+// Alive answers from the last Refresh whether the process pid that started
+// at start (0: any) was running then, so that a poll reads each
+// /proc/<pid>/stat once: the store's prune asks right after the Refresh
+// that read it. known is false for a pid that Refresh did not read, and
+// for one whose /proc entry could not be read for another reason than
+// its absence.
+func (r *ProcResolver) Alive(pid uint32, start uint64) (alive, known bool) {
+	e, ok := (*r.cache.Load())[pid]
+	switch {
+	case !ok:
+		return false, false
+	case e.gone:
+		return false, true
+	case e.failed:
+		return false, false
+	default:
+		return start == 0 || e.info.StartTime == start, true
+	}
 }
 
 // read reads what /proc says about pid. A process that is gone is an

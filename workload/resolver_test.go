@@ -10,6 +10,8 @@ import (
 
 	"github.com/go-kit/log"
 	"github.com/go-kit/log/level"
+
+	"github.com/gpumem/gpumem_exporter/internal/procfixture"
 )
 
 // mapPods is a PodLookup backed by maps; safe for concurrent use.
@@ -248,4 +250,34 @@ func TestResolverConcurrentRefreshAndLookup(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
+}
+
+// Alive answers from the last Refresh: a /proc entry that changes after
+// it is not read again.
+func TestAliveAnswersFromTheLastRefresh(t *testing.T) {
+	proc := t.TempDir()
+	procfixture.Write(t, proc, 100, procfixture.Process{Comm: "python3", Start: 5000, UID: "0"})
+	procfixture.Write(t, proc, 101, procfixture.Process{Comm: "python3", Start: 6000, UID: "0"})
+	r, _ := newTestResolver(t, proc, nil)
+	r.Refresh([]uint32{100, 101, 102})
+	if err := os.RemoveAll(filepath.Join(proc, "100")); err != nil { // exits after the Refresh
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name         string
+		pid          uint32
+		start        uint64
+		alive, known bool
+	}{
+		{"running at the Refresh", 100, 5000, true, true},
+		{"any start time", 100, 0, true, true},
+		{"another process with the pid", 101, 5999, false, true},
+		{"gone at the Refresh", 102, 0, false, true},
+		{"not in the Refresh", 103, 0, false, false},
+	}
+	for _, tt := range tests {
+		if alive, known := r.Alive(tt.pid, tt.start); alive != tt.alive || known != tt.known {
+			t.Errorf("%s: Alive(%d, %d) = %v, %v; want %v, %v", tt.name, tt.pid, tt.start, alive, known, tt.alive, tt.known)
+		}
+	}
 }
