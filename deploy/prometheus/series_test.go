@@ -1,0 +1,376 @@
+package prometheus
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/common/model"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpumem/gpumem_exporter/simulate/scenario"
+)
+
+// What the lead-time test feeds promtool: a simulated node's series as
+// gpumem_exporter exposes them (docs/metrics.md) and a Prometheus scrapes
+// them, every scrapeInterval, with instance and job added.
+const (
+	scrapeInterval = 15 * time.Second
+	pollInterval   = time.Second // the exporter's NVML poll (process peak)
+	instance       = "node-a:9481"
+	scrapeJob      = "gpumem"
+)
+
+// gpuUUID is the UUID of a simulated GPU.
+func gpuUUID(gpu int) string { return fmt.Sprintf("GPU-5f0e3c1a-7b2d-4e89-a1c3-%012d", gpu) }
+
+// workloadOf is the workload label the rules give a process: its pod, else
+// its Slurm job, else the process itself.
+func workloadOf(id scenario.Identity, pid int) string {
+	switch {
+	case id.Pod != "":
+		return id.Namespace + "/" + id.Pod
+	case id.SlurmJobID != "":
+		return "slurm job " + id.SlurmJobID
+	default:
+		return fmt.Sprintf("%s pid %d", instance, pid)
+	}
+}
+
+// series holds one series' samples, one per scrape from first on; NaN
+// where the series was absent.
+type series struct {
+	first int
+	vals  []float64
+}
+
+// seriesSet collects the series of successive scrapes.
+type seriesSet struct {
+	scrapes int
+	byKey   map[string]*series
+}
+
+func newSeriesSet() *seriesSet { return &seriesSet{byKey: map[string]*series{}} }
+
+// scrape records one scrape: the value of every series present.
+func (s *seriesSet) scrape(samples map[string]float64) {
+	i := s.scrapes
+	s.scrapes++
+	for key, v := range samples {
+		ser := s.byKey[key]
+		if ser == nil {
+			ser = &series{first: i}
+			s.byKey[key] = ser
+		}
+		for len(ser.vals) < i-ser.first {
+			ser.vals = append(ser.vals, math.NaN()) // absent meanwhile
+		}
+		ser.vals = append(ser.vals, v)
+	}
+}
+
+// values writes a series in promtool's expanding notation: "_" before it
+// appeared, "stale" when it went (Prometheus writes a staleness marker on
+// the first scrape that lacks it), runs of one value as "vxN".
+func (s *seriesSet) values(ser *series) string {
+	var b strings.Builder
+	item := func(v string, n int) { // n repeats of v
+		if b.Len() > 0 {
+			b.WriteByte(' ')
+		}
+		switch {
+		case v == "_":
+			fmt.Fprintf(&b, "_x%d", n)
+		case n == 1:
+			b.WriteString(v)
+		default:
+			fmt.Fprintf(&b, "%sx%d", v, n-1)
+		}
+	}
+	if ser.first > 0 {
+		item("_", ser.first)
+	}
+	vals := append([]float64(nil), ser.vals...)
+	for len(vals) < s.scrapes-ser.first {
+		vals = append(vals, math.NaN())
+	}
+	tokens := make([]string, len(vals))
+	for i, v := range vals {
+		switch {
+		case !math.IsNaN(v):
+			tokens[i] = strconv.FormatFloat(v, 'f', -1, 64)
+		case i > 0 && !math.IsNaN(vals[i-1]):
+			tokens[i] = "stale"
+		default:
+			tokens[i] = "_"
+		}
+	}
+	for i := 0; i < len(tokens); {
+		j := i + 1
+		for j < len(tokens) && tokens[j] == tokens[i] && tokens[i] != "stale" {
+			j++
+		}
+		item(tokens[i], j-i)
+		i = j
+	}
+	return b.String()
+}
+
+// labelString formats a label set as a series selector: name{k="v",...},
+// leaving out empty labels as Prometheus does.
+func labelString(name string, labels ...string) string {
+	var b strings.Builder
+	b.WriteString(name)
+	b.WriteByte('{')
+	sep := ""
+	for i := 0; i+1 < len(labels); i += 2 {
+		if labels[i+1] == "" {
+			continue
+		}
+		fmt.Fprintf(&b, "%s%s=%q", sep, labels[i], labels[i+1])
+		sep = ","
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+// truth is what really happened on the simulated node.
+type truth struct {
+	ooms  []scenario.OOM
+	procs map[int]*procLife
+	end   time.Duration
+}
+
+// procLife is one process from start to exit.
+type procLife struct {
+	scenario.Process // first state seen
+	workload         string
+	exited           time.Duration // 0 while alive at the end
+}
+
+// simulate runs scenario name with seed for d, polling every pollInterval,
+// and returns the series of every scrape and what happened.
+func simulate(name string, seed uint64, d time.Duration) (*seriesSet, *truth, error) {
+	n, err := scenario.New(name, seed)
+	if err != nil {
+		return nil, nil, err
+	}
+	set := newSeriesSet()
+	tr := &truth{procs: map[int]*procLife{}, end: d}
+	peakUsed := map[int]uint64{}
+	var tk scenario.Tick
+	for scrape := time.Duration(0); scrape <= d; scrape += scrapeInterval {
+		for n.Elapsed() < scrape || scrape == 0 && n.Elapsed() == 0 {
+			tk = n.Advance(pollInterval)
+			for _, p := range tk.Processes {
+				peakUsed[p.PID] = max(peakUsed[p.PID], p.Used())
+				if tr.procs[p.PID] == nil {
+					tr.procs[p.PID] = &procLife{Process: p, workload: workloadOf(p.Identity, p.PID)}
+				}
+			}
+			for _, p := range tk.Exited {
+				if l := tr.procs[p.PID]; l != nil {
+					l.exited = tk.Elapsed
+				}
+				delete(peakUsed, p.PID)
+			}
+			tr.ooms = append(tr.ooms, tk.OOMs...)
+			if scrape == 0 {
+				break
+			}
+		}
+		set.scrape(exposition(tk, peakUsed))
+	}
+	return set, tr, nil
+}
+
+// exposition returns the series a scrape of the exporter gets from the
+// node's state tk, by selector.
+func exposition(tk scenario.Tick, peakUsed map[int]uint64) map[string]float64 {
+	m := map[string]float64{}
+	now := tk.Elapsed.Seconds()
+	m[labelString("gpumem_nvml_up", "instance", instance, "job", scrapeJob)] = 1
+	for _, g := range tk.GPUs {
+		gl := []string{"instance", instance, "job", scrapeJob, "gpu", strconv.Itoa(g.Index), "uuid", gpuUUID(g.Index)}
+		info := append(append([]string(nil), gl...), "name", "NVIDIA H200", "pci_bus_id", fmt.Sprintf("00000000:%02X:00.0", 0x18+g.Index),
+			"driver_version", "580.159.04", "cuda_driver_version", "13.0", "mig_mode", "disabled")
+		m[labelString("gpumem_gpu_info", info...)] = 1
+		m[labelString("gpumem_gpu_memory_total_bytes", gl...)] = float64(g.Total)
+		m[labelString("gpumem_gpu_memory_used_bytes", gl...)] = float64(g.Used)
+		m[labelString("gpumem_gpu_memory_free_bytes", gl...)] = float64(g.Free)
+		m[labelString("gpumem_gpu_memory_reserved_bytes", gl...)] = float64(g.DriverReserved)
+		m[labelString("gpumem_gpu_memory_unattributed_bytes", gl...)] = float64(g.Unattributed)
+		m[labelString("gpumem_gpu_processes", gl...)] = float64(g.Processes)
+	}
+	for _, p := range tk.Processes {
+		pl := []string{"instance", instance, "job", scrapeJob, "gpu", strconv.Itoa(p.GPU), "uuid", gpuUUID(p.GPU),
+			"pid", strconv.Itoa(p.PID), "comm", p.Comm, "namespace", p.Namespace, "pod", p.Pod, "container", p.Container}
+		put := func(name string, v uint64) { m[labelString(name, pl...)] = float64(v) }
+		put("gpumem_process_memory_used_bytes", p.Used())
+		put("gpumem_process_memory_peak_bytes", max(peakUsed[p.PID], p.Used()))
+		framework := ""
+		if p.ReportsAllocator {
+			framework = "pytorch"
+		}
+		info := append(append([]string(nil), pl...), "container_id", containerID(p), "pod_uid", podUID(p),
+			"slurm_job_id", p.SlurmJobID, "uid", "1000", "framework", framework)
+		m[labelString("gpumem_process_info", info...)] = 1
+		if !p.ReportsAllocator {
+			continue
+		}
+		put("gpumem_process_context_bytes", p.Context)
+		put("gpumem_allocator_reserved_bytes", p.Reserved)
+		put("gpumem_allocator_active_bytes", p.Active)
+		put("gpumem_allocator_inactive_bytes", p.Inactive())
+		put("gpumem_allocator_allocated_bytes", p.Allocated)
+		put("gpumem_allocator_inactive_split_bytes", p.InactiveSplit)
+		put("gpumem_allocator_peak_reserved_bytes", p.PeakReserved)
+		put("gpumem_allocator_peak_active_bytes", p.PeakActive)
+		if p.Limit > 0 {
+			put("gpumem_allocator_limit_bytes", p.Limit)
+		}
+		put("gpumem_allocator_alloc_retries_total", p.AllocRetries)
+		put("gpumem_allocator_ooms_total", p.OOMs)
+		if p.OOMs > 0 {
+			put("gpumem_allocator_last_oom_request_bytes", p.LastOOMRequest)
+			m[labelString("gpumem_allocator_last_oom_timestamp_seconds", pl...)] = p.LastOOMAt.Seconds()
+		}
+		m[labelString("gpumem_allocator_last_report_timestamp_seconds", pl...)] = math.Floor(now)
+	}
+	return m
+}
+
+func containerID(p scenario.Process) string {
+	if p.Pod == "" {
+		return ""
+	}
+	return fmt.Sprintf("%064x", p.PID)
+}
+
+func podUID(p scenario.Process) string {
+	if p.Pod == "" {
+		return ""
+	}
+	return fmt.Sprintf("%08x-0000-4000-8000-%012x", len(p.Pod), len(p.Namespace))
+}
+
+// rulesWithoutAnnotations writes rules.yml without its annotations to dir:
+// they take no part in when an alert fires, and expanding their queries
+// at every evaluation would only slow promtool down.
+func rulesWithoutAnnotations(dir string) (string, error) {
+	raw, err := os.ReadFile(rulesFile)
+	if err != nil {
+		return "", err
+	}
+	var doc struct {
+		Groups []map[string]any `json:"groups"`
+	}
+	if err := yaml.Unmarshal(raw, &doc); err != nil {
+		return "", fmt.Errorf("parsing %s: %w", rulesFile, err)
+	}
+	for _, g := range doc.Groups {
+		rules, _ := g["rules"].([]any)
+		for _, r := range rules {
+			if rule, ok := r.(map[string]any); ok {
+				delete(rule, "annotations")
+			}
+		}
+	}
+	out, err := yaml.Marshal(doc)
+	if err != nil {
+		return "", err
+	}
+	path := dir + "/rules.yml"
+	return path, os.WriteFile(path, out, 0o644)
+}
+
+// writeTestFile writes a promtool unit test file that feeds set to the
+// rules at rulesPath and asks, at every evaluation, for no alert of each
+// name: promtool then lists every alert that fires, as a failure.
+func writeTestFile(path, rulesPath string, set *seriesSet, alerts []string, evalEvery time.Duration) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "rule_files:\n  - %s\nevaluation_interval: %s\ntests:\n  - interval: %s\n    input_series:\n",
+		rulesPath, model.Duration(evalEvery), model.Duration(scrapeInterval))
+	keys := make([]string, 0, len(set.byKey))
+	for k := range set.byKey {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(&b, "      - series: '%s'\n        values: '%s'\n", k, set.values(set.byKey[k]))
+	}
+	b.WriteString("    alert_rule_test:\n")
+	end := time.Duration(set.scrapes-1) * scrapeInterval
+	for at := evalEvery; at <= end; at += evalEvery {
+		for _, a := range alerts {
+			fmt.Fprintf(&b, "      - eval_time: %s\n        alertname: %s\n        exp_alerts: []\n", model.Duration(at), a)
+		}
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// firing is one alert firing at one evaluation.
+type firing struct {
+	alert  string
+	at     time.Duration
+	labels map[string]string
+}
+
+var (
+	failureHeader = regexp.MustCompile(`^\s*alertname: (\S+), time: (\S+),\s*$`)
+	labelsLine    = regexp.MustCompile(`^\s*Labels:\{(.*)\}\s*$`)
+	labelPair     = regexp.MustCompile(`(\w+)="((?:[^"\\]|\\.)*)"`)
+)
+
+// promtoolFirings runs promtool on the test file and returns every firing it
+// reports. Failures other than alerts that fire are errors.
+func promtoolFirings(promtool, testFile string) ([]firing, error) {
+	out, err := exec.Command(promtool, "test", "rules", testFile).CombinedOutput()
+	text := string(out)
+	if err == nil {
+		return nil, nil // no alert fired at all
+	}
+	if !strings.Contains(text, "FAILED:") || strings.Contains(text, "err:") || strings.Contains(strings.ToLower(text), "error") {
+		// Not (only) alerts that fired: a syntax or evaluation error.
+		return nil, fmt.Errorf("promtool test rules %s: %v\n%s", testFile, err, head(text, 3000))
+	}
+	var (
+		fs  []firing
+		cur *firing
+	)
+	for _, line := range strings.Split(text, "\n") {
+		if m := failureHeader.FindStringSubmatch(line); m != nil {
+			at, perr := model.ParseDuration(m[2])
+			if perr != nil {
+				return nil, fmt.Errorf("promtool's output: time %q: %w", m[2], perr)
+			}
+			cur = &firing{alert: m[1], at: time.Duration(at)}
+			continue
+		}
+		if m := labelsLine.FindStringSubmatch(line); m != nil && cur != nil {
+			f := firing{alert: cur.alert, at: cur.at, labels: map[string]string{}}
+			for _, p := range labelPair.FindAllStringSubmatch(m[1], -1) {
+				v, uerr := strconv.Unquote(`"` + p[2] + `"`)
+				if uerr != nil {
+					v = p[2]
+				}
+				f.labels[p[1]] = v
+			}
+			fs = append(fs, f)
+		}
+	}
+	return fs, nil
+}
+
+func head(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
