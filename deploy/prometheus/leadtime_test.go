@@ -163,12 +163,12 @@ type stats struct {
 	leakFalse      int
 	fullLeads      []time.Duration // per OOM without a limit; -1: no warning
 	fullFalse      int
-	fragRuns       int // runs in which the fragmentation hint fired
-	idleRuns       int // runs in which the idle-cache hint fired
+	fragRuns       int            // runs in which the fragmentation hint fired
+	idleRuns       int            // runs in which the idle-cache hint fired
 	fired          map[string]int // episodes of each alert
-	oomAlerted     int // OOMs the OOM alert fired for
-	oomAlertExtra  int // OOM alert episodes without an OOM
-	caughtAlerted  int // caught OOMs (the process lives on) alerted
+	oomAlerted     int            // OOMs the OOM alert fired for
+	oomAlertExtra  int            // OOM alert episodes without an OOM
+	caughtAlerted  int            // caught OOMs (the process lives on) alerted
 	caughtOOMs     int
 	notes          []string // what went wrong, for GPUMEM_LEADTIME_DEBUG
 }
