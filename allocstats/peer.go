@@ -180,7 +180,10 @@ func (s *Server) identifyPeer(c kernelConn, acceptedAt time.Duration) (*peer, er
 		// The start time stays unknown: refuse rather than record a
 		// process that any later holder of the pid would match.
 		return fail(fmt.Errorf("%w: cannot read /proc for pid %d: %w", errPeerCredentials, kp.pid, procErr))
-	case info.euid != kp.uid:
+	case kp.pidfd == nil && info.euid != kp.uid:
+		// With a pidfd the process is proven to be the peer (it may have
+		// changed its uid since it connected); without one, another uid
+		// means another process.
 		return fail(fmt.Errorf("%w: pid %d runs as uid %d, the kernel says the peer had uid %d", errPeerGone, kp.pid, info.euid, kp.uid))
 	case kp.pidfd == nil && acceptedAt > 0 && time.Duration(info.startTime)*time.Second/clockTicksPerSecond > acceptedAt+time.Second/clockTicksPerSecond:
 		return fail(fmt.Errorf("%w: pid %d started after the connection was accepted: the pid was reused", errPeerGone, kp.pid))

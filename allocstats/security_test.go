@@ -65,10 +65,13 @@ func TestIdentifyPeer(t *testing.T) {
 			// /proc answers for a new holder of the pid: a reuse.
 			return setup{kp: kernelPeerInfo{pid: uint32(cmd.Process.Pid), uid: me, pidfd: fd}, proc: procInfo{startTime: 99, euid: me}}
 		}, errPeerGone},
-		{"a pid that /proc shows under another uid is refused", func(t *testing.T) setup {
-			cmd, fd := sleeper(t)
-			return setup{kp: kernelPeerInfo{pid: uint32(cmd.Process.Pid), uid: 65534, pidfd: fd}, proc: procInfo{startTime: 5, euid: 1000}}
+		{"without a pidfd, a pid that /proc shows under another uid is refused", func(t *testing.T) setup {
+			return setup{kp: kernelPeerInfo{pid: 4242, uid: 65534}, proc: procInfo{startTime: 5, euid: 1000}}
 		}, errPeerGone},
+		{"with a pidfd, the peer is proven: a uid changed since it connected is no reason to refuse", func(t *testing.T) setup {
+			cmd, fd := sleeper(t)
+			return setup{kp: kernelPeerInfo{pid: uint32(cmd.Process.Pid), uid: me, pidfd: fd}, proc: procInfo{startTime: 5, euid: 1000}}
+		}, nil},
 		{"without a pidfd, a pid gone from /proc is refused", func(t *testing.T) setup {
 			return setup{kp: kernelPeerInfo{pid: 4242, uid: me}, procErr: fs.ErrNotExist}
 		}, errPeerGone},
