@@ -5,15 +5,18 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/prometheus/common/model"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gpumem/gpumem_exporter/internal/doccheck"
 	"github.com/gpumem/gpumem_exporter/simulate/scenario"
 )
 
@@ -164,26 +167,29 @@ func simulate(name string, seed uint64, d time.Duration) (*seriesSet, *truth, er
 	set := newSeriesSet()
 	tr := &truth{procs: map[int]*procLife{}, end: d}
 	peakUsed := map[int]uint64{}
-	var tk scenario.Tick
-	for scrape := time.Duration(0); scrape <= d; scrape += scrapeInterval {
-		for n.Elapsed() < scrape || scrape == 0 && n.Elapsed() == 0 {
-			tk = n.Advance(pollInterval)
-			for _, p := range tk.Processes {
-				peakUsed[p.PID] = max(peakUsed[p.PID], p.Used())
-				if tr.procs[p.PID] == nil {
-					tr.procs[p.PID] = &procLife{Process: p, workload: workloadOf(p.Identity, p.PID)}
-				}
+	// poll is what the exporter does every pollInterval: read the node,
+	// keep each process's highest used.
+	poll := func(dt time.Duration) scenario.Tick {
+		tk := n.Advance(dt)
+		for _, p := range tk.Processes {
+			peakUsed[p.PID] = max(peakUsed[p.PID], p.Used())
+			if tr.procs[p.PID] == nil {
+				tr.procs[p.PID] = &procLife{Process: p, workload: workloadOf(p.Identity, p.PID)}
 			}
-			for _, p := range tk.Exited {
-				if l := tr.procs[p.PID]; l != nil {
-					l.exited = tk.Elapsed
-				}
-				delete(peakUsed, p.PID)
+		}
+		for _, p := range tk.Exited {
+			if l := tr.procs[p.PID]; l != nil {
+				l.exited = tk.Elapsed
 			}
-			tr.ooms = append(tr.ooms, tk.OOMs...)
-			if scrape == 0 {
-				break
-			}
+			delete(peakUsed, p.PID)
+		}
+		tr.ooms = append(tr.ooms, tk.OOMs...)
+		return tk
+	}
+	tk := poll(0)
+	for at := time.Duration(0); at <= d; at += scrapeInterval {
+		for n.Elapsed() < at {
+			tk = poll(pollInterval)
 		}
 		set.scrape(exposition(tk, peakUsed))
 	}
@@ -373,4 +379,98 @@ func head(s string, n int) string {
 		return s[:n] + "…"
 	}
 	return s
+}
+
+func TestSeriesValuesInPromtoolNotation(t *testing.T) {
+	t.Parallel()
+	set := newSeriesSet()
+	for _, scrape := range []map[string]float64{
+		{"a": 1},
+		{"a": 1, "b": 5},
+		{"a": 1, "b": 5},
+		{"a": 2, "b": 7},
+		{"a": 2},
+		{"a": 2},
+		{"a": 2, "b": 9}, // back after a gap: a new stretch
+	} {
+		set.scrape(scrape)
+	}
+	for key, want := range map[string]string{
+		"a": "1x2 2x3",
+		"b": "_x1 5x1 7 stale _x1 9",
+	} {
+		if got := set.values(set.byKey[key]); got != want {
+			t.Errorf("values of %s = %q, want %q", key, got, want)
+		}
+	}
+	gone := newSeriesSet()
+	gone.scrape(map[string]float64{"c": 3})
+	gone.scrape(map[string]float64{})
+	gone.scrape(map[string]float64{})
+	if got, want := gone.values(gone.byKey["c"]), "3 stale _x1"; got != want {
+		t.Errorf("values of a series that went = %q, want %q", got, want)
+	}
+}
+
+func TestExpositionUsesDocumentedMetrics(t *testing.T) {
+	t.Parallel()
+	set, tr, err := simulate(scenario.Mix, 1, 10*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names strings.Builder
+	for key := range set.byKey {
+		names.WriteString(key[:strings.IndexByte(key, '{')] + "\n")
+	}
+	if missing := undocumented(names.String(), documentedMetrics(t)); len(missing) > 0 {
+		t.Errorf("the lead-time test writes metrics that %s does not document: %s", metricsDoc, strings.Join(missing, ", "))
+	}
+	for _, want := range []string{"gpumem_allocator_peak_active_bytes", "gpumem_process_info", "gpumem_gpu_memory_free_bytes", "gpumem_allocator_limit_bytes"} {
+		if !strings.Contains(names.String(), want+"\n") {
+			t.Errorf("the mix's series lack %s", want)
+		}
+	}
+	if len(tr.procs) < 10 {
+		t.Errorf("%d processes in 10 minutes of the mix", len(tr.procs))
+	}
+}
+
+func TestPromtoolFiringsReadsPromtoolsFailures(t *testing.T) {
+	t.Parallel()
+	promtool := doccheck.Promtool(t)
+	dir := t.TempDir()
+	rules := filepath.Join(dir, "rules.yml")
+	if err := os.WriteFile(rules, []byte(`groups:
+  - name: g
+    rules:
+      - alert: High
+        expr: x > 1
+        labels: {severity: warning}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	set := newSeriesSet()
+	for _, v := range []float64{0, 2, 2, 0, 0, 3} {
+		set.scrape(map[string]float64{`x{workload="ml/a b"}`: v})
+	}
+	file := filepath.Join(dir, "test.yml")
+	if err := writeTestFile(file, rules, set, []string{"High"}, 15*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	fs, err := promtoolFirings(promtool, file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, f := range fs {
+		got = append(got, fmt.Sprintf("%s@%v:%s", f.alert, f.at, f.labels["workload"]))
+	}
+	want := []string{"High@15s:ml/a b", "High@30s:ml/a b", "High@1m15s:ml/a b"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("firings = %v, want %v", got, want)
+	}
+	eps := episodes(fs, alertKey)
+	if len(eps) != 2 || eps[0].onset != 15*time.Second || eps[0].end != 30*time.Second || eps[1].onset != 75*time.Second {
+		t.Errorf("episodes = %+v, want 15s-30s and 1m15s", eps)
+	}
 }
