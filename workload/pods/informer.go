@@ -26,12 +26,28 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 )
+
+// scheme knows core/v1 (pods, and the list and watch types the API
+// server sends) and nothing else: the typed clientset's scheme
+// (k8s.io/client-go/kubernetes/scheme) registers every API group, which
+// costs the binary about 36 MB and the process about 30 MiB of RSS.
+var (
+	scheme = runtime.NewScheme()
+	codecs = serializer.NewCodecFactory(scheme)
+)
+
+func init() {
+	if err := corev1.AddToScheme(scheme); err != nil {
+		panic(fmt.Sprintf("registering core/v1: %v", err))
+	}
+	metav1.AddToGroupVersion(scheme, corev1.SchemeGroupVersion)
+}
 
 // mirrorAnnotation holds, on the mirror pod of a static pod, the UID that
 // the kubelet gave the static pod and uses in its cgroup names.
@@ -41,7 +57,6 @@ const mirrorAnnotation = "kubernetes.io/config.mirror"
 type Informer struct {
 	nodeName string
 	logger   log.Logger
-	factory  informers.SharedInformerFactory
 	synced   atomic.Pointer[cache.SharedIndexInformer] // set by Run
 
 	mu         sync.RWMutex
@@ -106,14 +121,20 @@ func (p *Informer) Collect(ch chan<- prometheus.Metric) {
 	p.errors.Collect(ch)
 }
 
-// watch builds the informer on client; Run calls it.
-func (p *Informer) watch(client kubernetes.Interface) cache.SharedIndexInformer {
-	// The node's pods only: a field selector on spec.nodeName, as the
-	// kubelet itself watches. This needs list/watch on pods cluster-wide.
-	selector := fields.OneTermEqualSelector("spec.nodeName", p.nodeName).String()
-	p.factory = informers.NewSharedInformerFactoryWithOptions(client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = selector }))
-	inf := p.factory.Core().V1().Pods().Informer()
+// PodListWatch lists and watches the pods of nodeName through client (a
+// core/v1 REST client, see NewClient): a field selector on spec.nodeName,
+// as the kubelet itself watches. This needs list/watch on pods
+// cluster-wide.
+func PodListWatch(client cache.Getter, nodeName string) cache.ListerWatcher {
+	selector := fields.OneTermEqualSelector("spec.nodeName", nodeName).String()
+	return cache.NewFilteredListWatchFromClient(client, "pods", metav1.NamespaceAll, func(o *metav1.ListOptions) {
+		o.FieldSelector = selector
+	})
+}
+
+// watch builds the informer on lw; Run calls it.
+func (p *Informer) watch(lw cache.ListerWatcher) cache.SharedIndexInformer {
+	inf := cache.NewSharedIndexInformer(lw, &corev1.Pod{}, 0, cache.Indexers{})
 	if err := inf.SetTransform(trimPod); err != nil {
 		level.Warn(p.logger).Log("msg", "cannot trim cached pods", "err", err)
 	}
@@ -130,21 +151,17 @@ func (p *Informer) watch(client kubernetes.Interface) cache.SharedIndexInformer 
 	return inf
 }
 
-// Run starts the watch on client in the background and returns at once;
-// it stops when ctx ends. Lookups answer from what has arrived so far.
-// Call it once.
-func (p *Informer) Run(ctx context.Context, client kubernetes.Interface) {
-	inf := p.watch(client)
+// Run starts the watch of lw (PodListWatch of this node) in the
+// background and returns at once; it stops when ctx ends. Lookups answer
+// from what has arrived so far. Call it once.
+func (p *Informer) Run(ctx context.Context, lw cache.ListerWatcher) {
+	inf := p.watch(lw)
 	p.synced.Store(&inf)
-	p.factory.Start(ctx.Done())
+	go inf.RunWithContext(ctx)
 	go func() {
 		if cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 			level.Info(p.logger).Log("msg", "pod watch synced", "node", p.nodeName, "pods", p.podCount())
 		}
-	}()
-	go func() {
-		<-ctx.Done()
-		p.factory.Shutdown()
 	}()
 }
 
@@ -388,7 +405,7 @@ func trimStatuses(in []corev1.ContainerStatus) []corev1.ContainerStatus {
 // server that fails: no connection, or an answer of 401, 403, 429 or 5xx.
 // The informer cannot report those itself: client-go's watch-list mode
 // retries them with backoff without telling its error handler.
-func NewClient(kubeconfig string, onRequestError func(error)) (client kubernetes.Interface, ok bool, err error) {
+func NewClient(kubeconfig string, onRequestError func(error)) (client *rest.RESTClient, ok bool, err error) {
 	var cfg *rest.Config
 	switch {
 	case kubeconfig != "":
@@ -412,9 +429,12 @@ func NewClient(kubeconfig string, onRequestError func(error)) (client kubernetes
 	cfg.UserAgent = "gpumem_exporter"
 	cfg.ContentType = "application/vnd.kubernetes.protobuf"
 	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
-	cs, err := kubernetes.NewForConfig(cfg)
+	cfg.GroupVersion = &corev1.SchemeGroupVersion
+	cfg.APIPath = "/api"
+	cfg.NegotiatedSerializer = codecs.WithoutConversion()
+	rc, err := rest.RESTClientFor(cfg)
 	if err != nil {
 		return nil, false, fmt.Errorf("creating Kubernetes client: %w", err)
 	}
-	return cs, true, nil
+	return rc, true, nil
 }

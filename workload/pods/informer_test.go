@@ -3,10 +3,12 @@ package pods
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
@@ -97,6 +100,21 @@ func newPod(namespace, name, uid string, opts ...podOption) *corev1.Pod {
 	return p
 }
 
+// fakeListWatch lists and watches all pods of a fake clientset, as
+// PodListWatch does on an API server.
+func fakeListWatch(client *fake.Clientset) cache.ListerWatcher {
+	pods := client.CoreV1().Pods(metav1.NamespaceAll)
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return pods.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return pods.Watch(ctx, o)
+		},
+	}
+	return cache.ToListWatcherWithWatchListSemantics(lw, client)
+}
+
 // startInformer runs a Informer on client and waits for its first list.
 func startInformer(t *testing.T, client *fake.Clientset) (*Informer, *prometheus.Registry) {
 	t.Helper()
@@ -105,7 +123,7 @@ func startInformer(t *testing.T, client *fake.Clientset) (*Informer, *prometheus
 	reg.MustRegister(p)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	p.Run(ctx, client)
+	p.Run(ctx, fakeListWatch(client))
 	waitFor(t, "the pod watch to sync", p.HasSynced)
 	return p, reg
 }
@@ -240,7 +258,7 @@ func TestInformerCountsAPIErrors(t *testing.T) {
 	p := New(testNode, log.NewNopLogger())
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	p.Run(ctx, client)
+	p.Run(ctx, fakeListWatch(client))
 	waitFor(t, "gpumem_kubernetes_errors_total to count the failed list", func() bool {
 		return testutil.ToFloat64(p.errors) >= 1
 	})
@@ -281,7 +299,7 @@ func TestInformerLookupsBeforeSyncDoNotBlock(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	start := time.Now()
-	p.Run(ctx, client)
+	p.Run(ctx, fakeListWatch(client))
 	if d := time.Since(start); d > time.Second {
 		t.Errorf("Run blocked for %v", d)
 	}
@@ -451,5 +469,49 @@ func TestErrorReportingTransportCountsWhatMeansTrouble(t *testing.T) {
 		if (len(got) == 1) != tc.counted || len(got) > 1 {
 			t.Errorf("status %d, err %v, cancelled %v: reported %v, want counted=%v", tc.status, tc.err, tc.cancel, got, tc.counted)
 		}
+	}
+}
+
+// The core/v1 REST client lists and watches the node's pods on an API
+// server, in JSON (the server's choice) or as a watch list.
+func TestPodsFromAnAPIServer(t *testing.T) {
+	pod := `{"kind":"Pod","apiVersion":"v1","metadata":{"name":"trainer-0","namespace":"ml","uid":"` + podU + `","resourceVersion":"10"},` +
+		`"spec":{"nodeName":"node-1"},"status":{"containerStatuses":[{"name":"pytorch","containerID":"containerd://` + idA + `"}]}}`
+	var selectors sync.Map
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/api/v1/pods" {
+			http.NotFound(w, r)
+			return
+		}
+		q := r.URL.Query()
+		selectors.Store(q.Get("fieldSelector"), true)
+		w.Header().Set("Content-Type", "application/json")
+		if q.Get("watch") != "true" {
+			fmt.Fprintf(w, `{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"10"},"items":[%s]}`, pod)
+			return
+		}
+		if q.Get("sendInitialEvents") == "true" {
+			fmt.Fprintf(w, `{"type":"ADDED","object":%s}`+"\n", pod)
+			fmt.Fprint(w, `{"type":"BOOKMARK","object":{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"10","annotations":{"k8s.io/initial-events-end":"true"}}}}`+"\n")
+		}
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}))
+	defer api.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p, err := Start(ctx, Config{Kubeconfig: writeKubeconfig(t, api.URL), NodeName: "node-1"}, log.NewNopLogger())
+	if err != nil || p == nil {
+		t.Fatalf("Start: %v, %v", p, err)
+	}
+	waitFor(t, "the pod from the API server", podKnown(p, podU))
+	if name, ok := p.Container(idA); !ok || name != "pytorch" {
+		t.Errorf("Container(%.12s) = %q, %v; want pytorch", idA, name, ok)
+	}
+	if _, ok := selectors.Load("spec.nodeName=node-1"); !ok {
+		t.Error("the pods were not selected by spec.nodeName")
+	}
+	if got := testutil.ToFloat64(p.errors); got != 0 {
+		t.Errorf("gpumem_kubernetes_errors_total = %v with a working API server", got)
 	}
 }

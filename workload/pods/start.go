@@ -32,7 +32,7 @@ func Start(ctx context.Context, cfg Config, logger log.Logger) (*Informer, error
 	if cfg.NodeName == "" {
 		return nil, fmt.Errorf("--kubernetes.node-name (or NODE_NAME) is required for pod attribution")
 	}
-	inf.Run(ctx, client)
+	inf.Run(ctx, PodListWatch(client, cfg.NodeName))
 	level.Info(logger).Log("msg", "watching this node's pods for attribution", "node", cfg.NodeName)
 	return inf, nil
 }
