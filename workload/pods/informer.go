@@ -33,21 +33,20 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 )
 
-// scheme knows core/v1 (pods, and the list and watch types the API
-// server sends) and nothing else: the typed clientset's scheme
+// coreV1Codecs decode core/v1 (pods, and the list and watch types the
+// API server sends) and nothing else: the typed clientset's scheme
 // (k8s.io/client-go/kubernetes/scheme) registers every API group, which
-// costs the binary about 36 MB and the process about 30 MiB of RSS.
-var (
-	scheme = runtime.NewScheme()
-	codecs = serializer.NewCodecFactory(scheme)
-)
-
-func init() {
+// makes the binary more than twice as large and its RSS twice as high
+// (docs/benchmarks.md). Built on first use, so that a daemon outside
+// Kubernetes never builds it.
+var coreV1Codecs = sync.OnceValue(func() serializer.CodecFactory {
+	scheme := runtime.NewScheme()
 	if err := corev1.AddToScheme(scheme); err != nil {
-		panic(fmt.Sprintf("registering core/v1: %v", err))
+		panic(fmt.Sprintf("registering core/v1: %v", err)) // a static list of types: cannot fail
 	}
 	metav1.AddToGroupVersion(scheme, corev1.SchemeGroupVersion)
-}
+	return serializer.NewCodecFactory(scheme)
+})
 
 // mirrorAnnotation holds, on the mirror pod of a static pod, the UID that
 // the kubelet gave the static pod and uses in its cgroup names.
@@ -431,7 +430,7 @@ func NewClient(kubeconfig string, onRequestError func(error)) (client *rest.REST
 	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
 	cfg.GroupVersion = &corev1.SchemeGroupVersion
 	cfg.APIPath = "/api"
-	cfg.NegotiatedSerializer = codecs.WithoutConversion()
+	cfg.NegotiatedSerializer = coreV1Codecs().WithoutConversion()
 	rc, err := rest.RESTClientFor(cfg)
 	if err != nil {
 		return nil, false, fmt.Errorf("creating Kubernetes client: %w", err)
