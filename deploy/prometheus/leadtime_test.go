@@ -56,21 +56,21 @@ type leadTimeRun struct {
 	duration time.Duration
 }
 
-// leadTimeRuns is what the test measures in CI: 48 GPU-hours (8 GPUs, 6
+// leadTimeRuns is what the test measures in CI: 32 GPU-hours (8 GPUs, 4
 // hours) of each healthy workload, hours of the failing ones (on each GPU a
 // run ends in an OOM every 10-40 minutes), and the default mix.
 // GPUMEM_LEADTIME_SEEDS=n measures n other seeds of each instead, and
 // GPUMEM_LEADTIME_SCALE=k runs each k times as long.
 var leadTimeRuns = []leadTimeRun{
-	{scenario.Steady, []uint64{1}, 6 * time.Hour},
-	{scenario.Fragmentation, []uint64{1}, 6 * time.Hour},
-	{scenario.CacheHeavy, []uint64{1}, 6 * time.Hour},
-	{scenario.EvalNoGrad, []uint64{1}, 6 * time.Hour},
+	{scenario.Steady, []uint64{1}, 4 * time.Hour},
+	{scenario.Fragmentation, []uint64{1}, 4 * time.Hour},
+	{scenario.CacheHeavy, []uint64{1}, 4 * time.Hour},
+	{scenario.EvalNoGrad, []uint64{1}, 4 * time.Hour},
 	{scenario.Leak, []uint64{1, 2}, 3 * time.Hour},
 	{scenario.Growth, []uint64{1, 2}, 3 * time.Hour},
 	{scenario.MultiRank, []uint64{1, 2}, 3 * time.Hour},
-	{scenario.Spike, []uint64{1}, 6 * time.Hour},
-	{scenario.Mix, []uint64{1}, 6 * time.Hour},
+	{scenario.Spike, []uint64{1}, 4 * time.Hour},
+	{scenario.Mix, []uint64{1}, 4 * time.Hour},
 }
 
 // episode is one stretch of consecutive evaluations at which an alert

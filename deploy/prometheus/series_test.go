@@ -25,7 +25,6 @@ import (
 // them, every scrapeInterval, with instance and job added.
 const (
 	scrapeInterval = 15 * time.Second
-	pollInterval   = time.Second // the exporter's NVML poll (process peak)
 	instance       = "node-a:9481"
 	scrapeJob      = "gpumem"
 )
@@ -125,11 +124,10 @@ func (s *seriesSet) values(ser *series) string {
 	return b.String()
 }
 
-// labelString formats a label set as a series selector: name{k="v",...},
+// labelBody formats a label set as in a series selector, {k="v",...},
 // leaving out empty labels as Prometheus does.
-func labelString(name string, labels ...string) string {
+func labelBody(labels ...string) string {
 	var b strings.Builder
-	b.WriteString(name)
 	b.WriteByte('{')
 	sep := ""
 	for i := 0; i+1 < len(labels); i += 2 {
@@ -167,12 +165,12 @@ func simulate(name string, seed uint64, d time.Duration) (*seriesSet, *truth, er
 	set := newSeriesSet()
 	tr := &truth{procs: map[int]*procLife{}, end: d}
 	peakUsed := map[int]uint64{}
-	// poll is what the exporter does every pollInterval: read the node,
-	// keep each process's highest used.
+	// poll reads the node as the exporter does. Its poller's peak of used
+	// (1-second polls) is the allocator's peak reserved plus context.
 	poll := func(dt time.Duration) scenario.Tick {
 		tk := n.Advance(dt)
 		for _, p := range tk.Processes {
-			peakUsed[p.PID] = max(peakUsed[p.PID], p.Used())
+			peakUsed[p.PID] = max(peakUsed[p.PID], p.Context+p.PeakReserved)
 			if tr.procs[p.PID] == nil {
 				tr.procs[p.PID] = &procLife{Process: p, workload: workloadOf(p.Identity, p.PID)}
 			}
@@ -186,47 +184,71 @@ func simulate(name string, seed uint64, d time.Duration) (*seriesSet, *truth, er
 		tr.ooms = append(tr.ooms, tk.OOMs...)
 		return tk
 	}
-	tk := poll(0)
-	for at := time.Duration(0); at <= d; at += scrapeInterval {
-		for n.Elapsed() < at {
-			tk = poll(pollInterval)
-		}
-		set.scrape(exposition(tk, peakUsed))
+	exp := newExporter()
+	set.scrape(exp.scrape(poll(0), peakUsed))
+	for at := scrapeInterval; at <= d; at += scrapeInterval {
+		set.scrape(exp.scrape(poll(scrapeInterval), peakUsed))
 	}
 	return set, tr, nil
 }
 
-// exposition returns the series a scrape of the exporter gets from the
-// node's state tk, by selector.
-func exposition(tk scenario.Tick, peakUsed map[int]uint64) map[string]float64 {
-	m := map[string]float64{}
-	now := tk.Elapsed.Seconds()
-	m[labelString("gpumem_nvml_up", "instance", instance, "job", scrapeJob)] = 1
-	for _, g := range tk.GPUs {
-		gl := []string{"instance", instance, "job", scrapeJob, "gpu", strconv.Itoa(g.Index), "uuid", gpuUUID(g.Index)}
-		info := append(append([]string(nil), gl...), "name", "NVIDIA H200", "pci_bus_id", fmt.Sprintf("00000000:%02X:00.0", 0x18+g.Index),
-			"driver_version", "580.159.04", "cuda_driver_version", "13.0", "mig_mode", "disabled")
-		m[labelString("gpumem_gpu_info", info...)] = 1
-		m[labelString("gpumem_gpu_memory_total_bytes", gl...)] = float64(g.Total)
-		m[labelString("gpumem_gpu_memory_used_bytes", gl...)] = float64(g.Used)
-		m[labelString("gpumem_gpu_memory_free_bytes", gl...)] = float64(g.Free)
-		m[labelString("gpumem_gpu_memory_reserved_bytes", gl...)] = float64(g.DriverReserved)
-		m[labelString("gpumem_gpu_memory_unattributed_bytes", gl...)] = float64(g.Unattributed)
-		m[labelString("gpumem_gpu_processes", gl...)] = float64(g.Processes)
+// exporter turns a node's state into the series a scrape of
+// gpumem_exporter gets, by selector. It keeps each process's and GPU's
+// labels, which do not change.
+type exporter struct {
+	gpu, gpuInfo   map[int]string
+	proc, procInfo map[int]string
+}
+
+func newExporter() *exporter {
+	return &exporter{gpu: map[int]string{}, gpuInfo: map[int]string{}, proc: map[int]string{}, procInfo: map[int]string{}}
+}
+
+func (e *exporter) gpuLabels(g int) (labels, info string) {
+	if _, ok := e.gpu[g]; !ok {
+		gl := []string{"instance", instance, "job", scrapeJob, "gpu", strconv.Itoa(g), "uuid", gpuUUID(g)}
+		e.gpu[g] = labelBody(gl...)
+		e.gpuInfo[g] = labelBody(append(gl, "name", "NVIDIA H200", "pci_bus_id", fmt.Sprintf("00000000:%02X:00.0", 0x18+g),
+			"driver_version", "580.159.04", "cuda_driver_version", "13.0", "mig_mode", "disabled")...)
 	}
-	for _, p := range tk.Processes {
+	return e.gpu[g], e.gpuInfo[g]
+}
+
+func (e *exporter) procLabels(p scenario.Process) (labels, info string) {
+	if _, ok := e.proc[p.PID]; !ok {
 		pl := []string{"instance", instance, "job", scrapeJob, "gpu", strconv.Itoa(p.GPU), "uuid", gpuUUID(p.GPU),
 			"pid", strconv.Itoa(p.PID), "comm", p.Comm, "namespace", p.Namespace, "pod", p.Pod, "container", p.Container}
-		put := func(name string, v uint64) { m[labelString(name, pl...)] = float64(v) }
-		put("gpumem_process_memory_used_bytes", p.Used())
-		put("gpumem_process_memory_peak_bytes", max(peakUsed[p.PID], p.Used()))
 		framework := ""
 		if p.ReportsAllocator {
 			framework = "pytorch"
 		}
-		info := append(append([]string(nil), pl...), "container_id", containerID(p), "pod_uid", podUID(p),
-			"slurm_job_id", p.SlurmJobID, "uid", "1000", "framework", framework)
-		m[labelString("gpumem_process_info", info...)] = 1
+		e.proc[p.PID] = labelBody(pl...)
+		e.procInfo[p.PID] = labelBody(append(pl, "container_id", containerID(p), "pod_uid", podUID(p),
+			"slurm_job_id", p.SlurmJobID, "uid", "1000", "framework", framework)...)
+	}
+	return e.proc[p.PID], e.procInfo[p.PID]
+}
+
+// scrape returns the series a scrape gets from the node's state tk.
+func (e *exporter) scrape(tk scenario.Tick, peakUsed map[int]uint64) map[string]float64 {
+	m := map[string]float64{}
+	m["gpumem_nvml_up"+labelBody("instance", instance, "job", scrapeJob)] = 1
+	for _, g := range tk.GPUs {
+		gl, info := e.gpuLabels(g.Index)
+		m["gpumem_gpu_info"+info] = 1
+		m["gpumem_gpu_memory_total_bytes"+gl] = float64(g.Total)
+		m["gpumem_gpu_memory_used_bytes"+gl] = float64(g.Used)
+		m["gpumem_gpu_memory_free_bytes"+gl] = float64(g.Free)
+		m["gpumem_gpu_memory_reserved_bytes"+gl] = float64(g.DriverReserved)
+		m["gpumem_gpu_memory_unattributed_bytes"+gl] = float64(g.Unattributed)
+		m["gpumem_gpu_processes"+gl] = float64(g.Processes)
+	}
+	for _, p := range tk.Processes {
+		pl, info := e.procLabels(p)
+		put := func(name string, v uint64) { m[name+pl] = float64(v) }
+		put("gpumem_process_memory_used_bytes", p.Used())
+		put("gpumem_process_memory_peak_bytes", max(peakUsed[p.PID], p.Used()))
+		m["gpumem_process_info"+info] = 1
 		if !p.ReportsAllocator {
 			continue
 		}
@@ -245,9 +267,9 @@ func exposition(tk scenario.Tick, peakUsed map[int]uint64) map[string]float64 {
 		put("gpumem_allocator_ooms_total", p.OOMs)
 		if p.OOMs > 0 {
 			put("gpumem_allocator_last_oom_request_bytes", p.LastOOMRequest)
-			m[labelString("gpumem_allocator_last_oom_timestamp_seconds", pl...)] = p.LastOOMAt.Seconds()
+			m["gpumem_allocator_last_oom_timestamp_seconds"+pl] = p.LastOOMAt.Seconds()
 		}
-		m[labelString("gpumem_allocator_last_report_timestamp_seconds", pl...)] = math.Floor(now)
+		m["gpumem_allocator_last_report_timestamp_seconds"+pl] = math.Floor(tk.Elapsed.Seconds())
 	}
 	return m
 }

@@ -187,12 +187,19 @@ func (n *Node) Advance(dt time.Duration) Tick {
 	}
 	target := n.now + dt
 	for {
-		at, run := n.nextEvent()
-		if run == nil || at > target {
+		at, j, p := n.nextEvent()
+		if j == nil || at > target {
 			break
 		}
 		n.now = at
-		run()
+		switch {
+		case p == nil:
+			n.start(j)
+		case p.dying:
+			n.exit(p)
+		default:
+			n.runStep(p)
+		}
 	}
 	n.now = target
 	t := n.snapshot()
@@ -201,35 +208,34 @@ func (n *Node) Advance(dt time.Duration) Tick {
 	return t
 }
 
-// nextEvent returns the earliest pending event and the function that runs
-// it. Ties go to the job listed first, then the lowest rank, so the order
-// never depends on how time was cut into Advance calls.
-func (n *Node) nextEvent() (time.Duration, func()) {
+// nextEvent returns the earliest pending event: a job to start again (p
+// nil), a process to exit (p dying) or a process's next step. Ties go to
+// the job listed first, then the lowest rank, so the order never depends
+// on how time was cut into Advance calls.
+func (n *Node) nextEvent() (time.Duration, *job, *proc) {
 	var (
-		best time.Duration
-		run  func()
+		best  time.Duration
+		bestJ *job
+		bestP *proc
 	)
-	consider := func(at time.Duration, f func()) {
-		if run == nil || at < best {
-			best, run = at, f
-		}
-	}
 	for _, j := range n.jobs {
-		j := j
 		if len(j.procs) == 0 {
-			consider(j.restartAt, func() { n.start(j) })
+			if bestJ == nil || j.restartAt < best {
+				best, bestJ, bestP = j.restartAt, j, nil
+			}
 			continue
 		}
 		for _, p := range j.procs {
-			p := p
+			at := p.next
 			if p.dying {
-				consider(p.exitAt, func() { n.exit(p) })
-			} else {
-				consider(p.next, func() { n.runStep(p) })
+				at = p.exitAt
+			}
+			if bestJ == nil || at < best {
+				best, bestJ, bestP = at, j, p
 			}
 		}
 	}
-	return best, run
+	return best, bestJ, bestP
 }
 
 // job is a group of processes that start, fail and restart together: one
