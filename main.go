@@ -278,7 +278,7 @@ func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, er
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(versioncollector.NewCollector(exporterName), ratelog.Default, reports)
 	if !o.disableExporterMetrics {
-		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		reg.MustRegister(collectors.NewGoCollector(), exposition.NewProcessCollector())
 	}
 
 	done := make(chan struct{}, 3)
