@@ -121,19 +121,24 @@ type jobRun struct {
 
 func jobRuns(tr *truth) []*jobRun {
 	byKey := map[string]*jobRun{}
+	alive := map[*jobRun]bool{} // a process of the run lives at the end
 	var runs []*jobRun
 	for _, p := range tr.procs {
 		k := p.Job + "@" + p.Started.String()
 		r := byKey[k]
 		if r == nil {
-			r = &jobRun{kind: p.Kind, workload: p.workload, gpus: map[int]bool{}, start: p.Started, end: tr.end}
+			r = &jobRun{kind: p.Kind, workload: p.workload, gpus: map[int]bool{}, start: p.Started}
 			byKey[k] = r
 			runs = append(runs, r)
 		}
 		r.gpus[p.GPU] = true
-		if p.exited > 0 && (r.end == tr.end || p.exited > r.end) {
-			r.end = p.exited
+		if p.exited == 0 {
+			alive[r] = true
 		}
+		r.end = max(r.end, p.exited)
+	}
+	for r := range alive {
+		r.end = tr.end
 	}
 	for _, o := range tr.ooms {
 		o := o

@@ -4,8 +4,8 @@
 // torch.no_grad(), growth to OOM, fragmentation, a sudden spike, a large idle
 // cache, a multi-rank job) or a mix of them.
 //
-// The memory model is the one docs/metrics.md describes, measured on an H200
-// (shared/GPU-FACTS.md):
+// The memory model is the one docs/metrics.md describes, as measured on an
+// H200 (docs/validation.md):
 //
 //   - per process: NVML used = context + reserved, where context is the CUDA
 //     context (520 MiB) plus library workspaces and NCCL buffers;
