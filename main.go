@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -67,6 +68,9 @@ func main() {
 
 func run(o *options, logger, bare log.Logger) error {
 	level.Info(logger).Log("msg", "starting "+exporterName, "version", version.Version, "revision", version.Revision, "build_context", version.BuildContext())
+	if o.gomaxprocs > 0 {
+		runtime.GOMAXPROCS(o.gomaxprocs)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
