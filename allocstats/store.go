@@ -269,13 +269,6 @@ func (s *Store) PIDs() []uint32 {
 	return pids
 }
 
-// Len returns the number of processes in the store.
-func (s *Store) Len() int {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return len(s.sorted)
-}
-
 // Prune is called once per NVML poll. It drops every process that alive
 // says is gone (alive must answer true when it cannot tell), and
 // every process whose connections have all been closed for at least the
