@@ -13,6 +13,8 @@
 # .bin/compare/, gzipped or not: see docs/benchmarks.md, "Against
 # nvidia_gpu_exporter", for the commands. Run from the repository root:
 #   OUT=/tmp/compare bash scripts/gpu/compare_peers.sh
+# OURS_FLAGS adds flags to gpumem_exporter's command line (for instance
+# --runtime.gomaxprocs=0 to compare with one thread per CPU).
 set -u
 OUT=${OUT:-/tmp/gpumem-compare}
 BIN=${BIN:-.bin/compare}
@@ -51,12 +53,14 @@ section environment
 	python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
 	echo "cpus: $(nproc)  kernel: $(uname -r)"
 	"$WORK/gpumem_exporter" --version 2>&1 | head -1
+	echo "gpumem_exporter flags: ${OURS_FLAGS:-(defaults)}"
 	"$WORK/nvidia_gpu_exporter" --version 2>&1 | head -1
 } 2>&1 | tee "$OUT/environment.txt"
 
 section exporters
+# shellcheck disable=SC2086 # OURS_FLAGS is a list of flags
 "$WORK/gpumem_exporter" --web.listen-address=127.0.0.1:9481 --nvml.poll-interval=1s \
-	--allocstats.socket=/run/gpumem/allocstats.sock >"$OUT/gpumem_exporter.log" 2>&1 &
+	--allocstats.socket=/run/gpumem/allocstats.sock ${OURS_FLAGS:-} >"$OUT/gpumem_exporter.log" 2>&1 &
 OURS_PID=$!
 PIDS+=("$OURS_PID")
 "$WORK/nvidia_gpu_exporter" --collect.backend=nvml --collect.compute-apps \
