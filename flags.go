@@ -66,7 +66,7 @@ func parseFlags(app *kingpin.Application, args []string) (*options, error) {
 	app.Flag("web.telemetry-path", "Path under which to expose metrics.").Default("/metrics").StringVar(&o.metricsPath)
 	app.Flag("web.disable-exporter-metrics", "Exclude the exporter's own Go and process metrics (go_*, process_*).").BoolVar(&o.disableExporterMetrics)
 	app.Flag("web.health-address", "Also serve /-/healthy and /-/ready, without TLS or authentication, on this address (for probes when --web.config.file turns on basic auth). Empty: off.").Default("").StringVar(&o.healthAddress)
-	app.Flag("web.max-connections", "Most HTTP connections open at once; more wait in the kernel's backlog.").Default("64").SetValue(&intFlag{"web.max-connections", &o.webMaxConnections})
+	app.Flag("web.max-connections", "Most HTTP connections open at once per listen address; at the cap a new connection closes the one idle longest (a request in progress is never cut).").Default("64").SetValue(&intFlag{"web.max-connections", &o.webMaxConnections})
 	app.Flag("runtime.gomaxprocs", "The most OS threads running Go code at once (GOMAXPROCS), as in node_exporter: 1 keeps a scrape's and a poll's CPU lowest; raise it where hundreds of clients push at once. 0: one per CPU.").Envar("GOMAXPROCS").Default("1").SetValue(&intFlag{"runtime.gomaxprocs", &o.gomaxprocs})
 	app.Flag("log.level", "Only log messages with the given severity or above: debug, info, warn, error.").Default("info").EnumVar(&o.logLevel, "debug", "info", "warn", "error")
 	app.Flag("log.format", "Output format of log messages: logfmt, json.").Default("logfmt").EnumVar(&o.logFormat, "logfmt", "json")
