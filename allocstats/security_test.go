@@ -336,8 +336,8 @@ func TestDropUnlistedKeepsStateForTheGraceOnly(t *testing.T) {
 	if len(mustProcess(t, s, 2).Devices) != 1 {
 		t.Error("a fed process's device was dropped")
 	}
-	if s.nDevices != 2 {
-		t.Errorf("device count = %d, want 2", s.nDevices)
+	if s.nDevices.Load() != 2 {
+		t.Errorf("device count = %d, want 2", s.nDevices.Load())
 	}
 	// Listed again before the grace ends: the clock restarts.
 	listedHere[testUUID] = false

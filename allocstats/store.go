@@ -99,23 +99,44 @@ var (
 // for concurrent use. Its size is bounded: at most maxProcesses processes
 // that report over the socket (maxPerUID of one uid), each with at most
 // the devices-per-process cap; fed processes are bounded by their source.
+//
+// Locking: readers (Processes, Process, PIDs, DropUnlisted) never take the
+// store's lock: they read the index, a sorted slice that is replaced, never
+// changed, behind an atomic pointer, and lock each entry only while they
+// copy it. A connection's messages lock only its own process's entry; the
+// store's lock (mu) is taken to change the index: a connection's first
+// message, a new process, Prune, Remove, a connection's close. Lock order:
+// mu before an entry's mu.
 type Store struct {
 	ttl          time.Duration
 	maxProcesses int
 	maxPerUID    int
 
-	mu    sync.RWMutex
+	mu    sync.Mutex
 	procs map[uint32]*procEntry
-	// sorted holds the entries of procs ordered by pid, so that Processes
-	// costs no sort.
-	sorted []*procEntry
-	// nDevices is the number of device entries over all processes.
-	nDevices int
+	// index holds the entries of procs ordered by pid, so that Processes
+	// costs no sort. It is replaced under mu and read without it.
+	index atomic.Pointer[[]*procEntry]
+	// nDevices is the number of device entries over the indexed processes.
+	nDevices atomic.Int64
 	// nSocket and perUID count the entries of socket peers (not fed).
 	nSocket int
 	perUID  map[uint32]int
 
 	oomHooks []func(OOMEvent) // set before use, read without the lock
+}
+
+// sorted returns the current index; the caller must not change it.
+func (s *Store) sorted() []*procEntry {
+	if p := s.index.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// publishLocked replaces the index.
+func (s *Store) publishLocked(sorted []*procEntry) {
+	s.index.Store(&sorted)
 }
 
 // OnOOM adds f to the functions called, synchronously and without the
@@ -133,20 +154,36 @@ func (s *Store) notifyOOM(ev OOMEvent) {
 }
 
 type procEntry struct {
+	// Set at creation, never changed.
 	pid, uid  uint32
 	startTime uint64
 	// fed: the entry comes from Feed (a trusted source without a
 	// connection), not from a socket peer.
-	fed              bool
+	fed bool
+
+	// Changed under the store's mu.
+	disconnectedAt time.Time // when conns last fell to 0
+	// conns is the number of open connections bound to the entry; changed
+	// under the store's mu, read without it.
+	conns atomic.Int32
+	// removed is set under both the store's and the entry's mu; the server
+	// reads it without either, to close the connections of removed
+	// entries. A removed entry takes no message.
+	removed atomic.Bool
+	// exited: Prune found the process gone while a connection of it was
+	// still open. The entry is out of the index (no reader sees it, and a
+	// new process with the same pid gets an entry of its own), but its
+	// connections still apply the lines the process queued before it
+	// exited; the last one to close drops it (release). Set under the
+	// store's mu.
+	exited atomic.Bool
+
+	// mu guards the fields below.
+	mu               sync.Mutex
 	framework        string
 	frameworkVersion string
 	client           string
-	conns            int       // open connections bound to the entry
-	disconnectedAt   time.Time // when conns last fell to 0
-	// removed is set under the store's lock; the server reads it without,
-	// to close the connections of removed entries.
-	removed atomic.Bool
-	devices []*deviceEntry // sorted by UUID
+	devices          []*deviceEntry // sorted by UUID
 }
 
 type deviceEntry struct {
@@ -213,39 +250,45 @@ func (s *Store) SetProcessLimits(total, perUID int) {
 }
 
 // Processes returns a deep copy of every process, sorted by pid, each with
-// its devices sorted by UUID.
+// its devices sorted by UUID. It takes no store-wide lock: it copies the
+// processes of the index as it stood when called, locking each one only
+// while it is copied, so ingest never makes it wait.
 func (s *Store) Processes() []Process {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	out := make([]Process, len(s.sorted))
-	// One backing array for all devices: two allocations in all.
-	all := make([]DeviceStats, 0, s.nDevices)
-	for i, e := range s.sorted {
+	sorted := s.sorted()
+	out := make([]Process, len(sorted))
+	// One backing array for all devices (two allocations in all, unless
+	// devices were added meanwhile).
+	all := make([]DeviceStats, 0, max(s.nDevices.Load(), 0))
+	for i, e := range sorted {
+		e.mu.Lock()
 		start := len(all)
 		for _, d := range e.devices {
 			all = append(all, d.stats)
 		}
-		out[i] = e.snapshot(all[start:len(all):len(all)])
+		out[i] = e.snapshotLocked(all[start:len(all):len(all)])
+		e.mu.Unlock()
 	}
 	return out
 }
 
 // Process returns a copy of one process.
 func (s *Store) Process(pid uint32) (Process, bool) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	e, ok := s.procs[pid]
-	if !ok {
+	sorted := s.sorted()
+	i := sortedIndex(sorted, pid)
+	if i == len(sorted) || sorted[i].pid != pid {
 		return Process{}, false
 	}
+	e := sorted[i]
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	devs := make([]DeviceStats, len(e.devices))
 	for i, d := range e.devices {
 		devs[i] = d.stats
 	}
-	return e.snapshot(devs), true
+	return e.snapshotLocked(devs), true
 }
 
-func (e *procEntry) snapshot(devs []DeviceStats) Process {
+func (e *procEntry) snapshotLocked(devs []DeviceStats) Process {
 	return Process{
 		PID:              e.pid,
 		UID:              e.uid,
@@ -253,17 +296,16 @@ func (e *procEntry) snapshot(devs []DeviceStats) Process {
 		Framework:        e.framework,
 		FrameworkVersion: e.frameworkVersion,
 		Client:           e.client,
-		Connected:        e.conns > 0,
+		Connected:        e.conns.Load() > 0,
 		Devices:          devs,
 	}
 }
 
 // PIDs returns the pids of every process in the store, sorted.
 func (s *Store) PIDs() []uint32 {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	pids := make([]uint32, len(s.sorted))
-	for i, e := range s.sorted {
+	sorted := s.sorted()
+	pids := make([]uint32, len(sorted))
+	for i, e := range sorted {
 		pids[i] = e.pid
 	}
 	return pids
@@ -272,42 +314,49 @@ func (s *Store) PIDs() []uint32 {
 // Prune is called once per NVML poll. It drops every process that alive
 // says is gone (alive must answer true when it cannot tell), and
 // every process whose connections have all been closed for at least the
-// TTL. alive is called without the store's lock held; it may be nil.
+// TTL. A gone process with a connection still open leaves the index at
+// once (it is no longer exported, and its pid is free for a new entry),
+// but its connections may still apply the lines it queued before it
+// exited: the entry is dropped when the last of them closes. alive is
+// called without the store's lock held; it may be nil.
 func (s *Store) Prune(now time.Time, alive func(pid uint32, startTime uint64) bool) {
-	type candidate struct {
-		e     *procEntry
-		pid   uint32
-		start uint64
-	}
-	var check []candidate
+	var dead map[*procEntry]bool
 	if alive != nil {
-		s.mu.RLock()
-		check = make([]candidate, 0, len(s.sorted))
-		for _, e := range s.sorted {
-			check = append(check, candidate{e, e.pid, e.startTime})
-		}
-		s.mu.RUnlock()
-	}
-	dead := make(map[*procEntry]bool)
-	for _, c := range check {
-		if !alive(c.pid, c.start) {
-			dead[c.e] = true
+		for _, e := range s.sorted() {
+			if !alive(e.pid, e.startTime) {
+				if dead == nil {
+					dead = make(map[*procEntry]bool)
+				}
+				dead[e] = true
+			}
 		}
 	}
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	kept := s.sorted[:0]
-	for _, e := range s.sorted {
-		expired := e.conns == 0 && now.Sub(e.disconnectedAt) >= s.ttl
-		if dead[e] || expired {
+	sorted := s.sorted()
+	var kept []*procEntry
+	for i, e := range sorted {
+		expired := e.conns.Load() == 0 && now.Sub(e.disconnectedAt) >= s.ttl
+		switch {
+		case dead[e] && e.conns.Load() > 0:
+			s.exitLocked(e)
+		case dead[e] || expired:
 			s.dropLocked(e)
+		default:
+			if kept != nil {
+				kept = append(kept, e)
+			}
 			continue
 		}
-		kept = append(kept, e)
+		if kept == nil {
+			kept = make([]*procEntry, i, len(sorted)-1)
+			copy(kept, sorted[:i])
+		}
 	}
-	clear(s.sorted[len(kept):])
-	s.sorted = kept
+	if kept != nil {
+		s.publishLocked(kept)
+	}
 }
 
 // Remove drops the process pid.
@@ -320,10 +369,27 @@ func (s *Store) Remove(pid uint32) {
 	}
 }
 
-// dropLocked forgets e but leaves s.sorted to the caller.
+// dropLocked forgets e for good (its connections are closed) but leaves
+// the index to the caller.
 func (s *Store) dropLocked(e *procEntry) {
+	e.mu.Lock()
 	e.removed.Store(true)
-	s.nDevices -= len(e.devices)
+	e.mu.Unlock()
+	s.unindexLocked(e)
+}
+
+// exitLocked takes e, a process that exited with a connection still open,
+// out of procs and the process counts, but lets its connections feed it
+// until they close; the index is left to the caller.
+func (s *Store) exitLocked(e *procEntry) {
+	e.exited.Store(true)
+	s.unindexLocked(e)
+}
+
+func (s *Store) unindexLocked(e *procEntry) {
+	e.mu.Lock()
+	s.nDevices.Add(-int64(len(e.devices)))
+	e.mu.Unlock()
 	if s.procs[e.pid] == e {
 		delete(s.procs, e.pid)
 	}
@@ -335,37 +401,43 @@ func (s *Store) dropLocked(e *procEntry) {
 	}
 }
 
-func (s *Store) sortedIndexLocked(pid uint32) int {
-	return sort.Search(len(s.sorted), func(i int) bool { return s.sorted[i].pid >= pid })
+func sortedIndex(sorted []*procEntry, pid uint32) int {
+	return sort.Search(len(sorted), func(i int) bool { return sorted[i].pid >= pid })
 }
 
+// removeSortedLocked publishes the index without pid.
 func (s *Store) removeSortedLocked(pid uint32) {
-	i := s.sortedIndexLocked(pid)
-	if i < len(s.sorted) && s.sorted[i].pid == pid {
-		copy(s.sorted[i:], s.sorted[i+1:])
-		s.sorted[len(s.sorted)-1] = nil
-		s.sorted = s.sorted[:len(s.sorted)-1]
+	sorted := s.sorted()
+	i := sortedIndex(sorted, pid)
+	if i < len(sorted) && sorted[i].pid == pid {
+		next := make([]*procEntry, 0, len(sorted)-1)
+		next = append(next, sorted[:i]...)
+		s.publishLocked(append(next, sorted[i+1:]...))
 	}
 }
 
-// putLocked inserts e, replacing any entry of the same pid.
+// putLocked inserts e, replacing any entry of the same pid, and publishes
+// the index.
 func (s *Store) putLocked(e *procEntry) {
 	if !e.fed {
 		s.nSocket++
 		s.perUID[e.uid]++
 	}
+	sorted := s.sorted()
+	i := sortedIndex(sorted, e.pid)
 	if old, ok := s.procs[e.pid]; ok {
 		s.dropLocked(old)
-		i := s.sortedIndexLocked(e.pid)
-		s.sorted[i] = e
+		next := append([]*procEntry(nil), sorted...)
+		next[i] = e
 		s.procs[e.pid] = e
+		s.publishLocked(next)
 		return
 	}
 	s.procs[e.pid] = e
-	i := s.sortedIndexLocked(e.pid)
-	s.sorted = append(s.sorted, nil)
-	copy(s.sorted[i+1:], s.sorted[i:])
-	s.sorted[i] = e
+	next := make([]*procEntry, 0, len(sorted)+1)
+	next = append(next, sorted[:i]...)
+	next = append(next, e)
+	s.publishLocked(append(next, sorted[i:]...))
 }
 
 // Identity is who sent a message: the pid and uid the kernel gives for a
@@ -390,24 +462,19 @@ func (e *procEntry) sameProcess(id Identity) bool {
 	return e.startTime == id.StartTime && e.uid == id.UID
 }
 
-// bindLocked returns the entry a connection's message goes to. bound is the
-// entry the connection bound to before (nil at first). The caller has just
-// confirmed that id is the live process of its pid.
+// bindLocked returns the entry a connection's first accepted message
+// goes to. The caller has just confirmed that id is the live process of
+// its pid.
 //
 // A connection binds at its first accepted message: to the entry of the
 // same process if there is one (a reconnect within the TTL keeps its
 // counters), else to a new entry. A new entry replaces an entry of another
 // start time (a dead earlier holder of the pid: id is the live one) or a
 // fed one; it never replaces the entry of the same process under another
-// uid (errIdentityConflict), and it is refused over the process limits. A
-// connection whose entry was removed since gets errProcessGone.
-func (s *Store) bindLocked(bound *procEntry, id Identity) (*procEntry, error) {
-	if bound != nil {
-		if bound.removed.Load() {
-			return nil, errProcessGone
-		}
-		return bound, nil
-	}
+// uid (errIdentityConflict), and it is refused over the process limits.
+// Later messages of the connection go to the entry it bound to (see
+// lockBound).
+func (s *Store) bindLocked(id Identity) (*procEntry, error) {
 	e, ok := s.procs[id.PID]
 	switch {
 	case ok && e.sameProcess(id) && !e.fed:
@@ -420,8 +487,22 @@ func (s *Store) bindLocked(bound *procEntry, id Identity) (*procEntry, error) {
 		e = &procEntry{pid: id.PID, uid: id.UID, startTime: id.StartTime}
 		s.putLocked(e)
 	}
-	e.conns++
+	e.conns.Add(1)
 	return e, nil
+}
+
+// lockBound locks the entry a connection bound to, for one of its
+// messages; it fails with errProcessGone, unlocked, when the entry was
+// removed (pruned after its connections closed, replaced or dropped): the
+// connection is then closed and its client reconnects. An exited entry
+// (see procEntry.exited) still takes its connections' messages.
+func lockBound(e *procEntry) error {
+	e.mu.Lock()
+	if e.removed.Load() {
+		e.mu.Unlock()
+		return errProcessGone
+	}
+	return nil
 }
 
 // admitLocked checks the process limits for a new socket entry of id that
@@ -443,58 +524,95 @@ func (s *Store) admitLocked(id Identity, old *procEntry) error {
 	return nil
 }
 
-// release is called when a connection bound to e closes.
+// release is called when a connection bound to e closes. The last
+// connection of an exited process drops its entry: every line the process
+// queued has been read.
 func (s *Store) release(e *procEntry, now time.Time) {
 	if e == nil {
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e.conns--
-	if e.conns <= 0 {
-		e.conns = 0
+	if e.conns.Add(-1) <= 0 {
+		e.conns.Store(0)
 		e.disconnectedAt = now
+		if e.exited.Load() {
+			e.mu.Lock()
+			e.removed.Store(true)
+			e.mu.Unlock()
+		}
 	}
 }
 
 // hello records a hello message of a connection and returns its entry.
 func (s *Store) hello(bound *procEntry, id Identity, h Hello) (*procEntry, error) {
+	if bound != nil {
+		if err := lockBound(bound); err != nil {
+			return bound, err
+		}
+		bound.framework, bound.frameworkVersion, bound.client = h.Framework, h.FrameworkVersion, h.Client
+		bound.mu.Unlock()
+		return bound, nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, err := s.bindLocked(bound, id)
+	e, err := s.bindLocked(id)
 	if err != nil {
-		return bound, err
+		return nil, err
 	}
+	e.mu.Lock()
 	e.framework, e.frameworkVersion, e.client = h.Framework, h.FrameworkVersion, h.Client
+	e.mu.Unlock()
 	return e, nil
 }
 
-// stats applies a validated stats message of a connection.
+// stats applies a validated stats message of a connection. A connection's
+// later messages lock only its process's entry; its first one (bound nil)
+// takes the store's lock to find or create the entry.
 func (s *Store) stats(bound *procEntry, id Identity, devices []DeviceReport, now time.Time, maxDevices int) (*procEntry, error) {
+	if bound != nil {
+		if err := lockBound(bound); err != nil {
+			return bound, err
+		}
+		defer bound.mu.Unlock()
+		if err := bound.checkCapLocked(devices, maxDevices); err != nil {
+			return bound, err
+		}
+		s.applyLocked(bound, devices, now)
+		return bound, nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.checkCapLocked(bound, id, devices, maxDevices); err != nil {
-		return bound, err
+	if err := s.checkNewCapLocked(id, devices, maxDevices); err != nil {
+		return nil, err
 	}
-	e, err := s.bindLocked(bound, id)
+	e, err := s.bindLocked(id)
 	if err != nil {
-		return bound, err
+		return nil, err
 	}
+	e.mu.Lock()
 	s.applyLocked(e, devices, now)
+	e.mu.Unlock()
 	return e, nil
 }
 
-// checkCapLocked fails when applying devices would give the process more
-// than maxDevices devices, without changing anything.
-func (s *Store) checkCapLocked(bound *procEntry, id Identity, devices []DeviceReport, maxDevices int) error {
+// checkNewCapLocked is checkCapLocked for a connection not bound yet: on
+// the entry of the same process if there is one (it would bind to it).
+func (s *Store) checkNewCapLocked(id Identity, devices []DeviceReport, maxDevices int) error {
+	if cur, ok := s.procs[id.PID]; ok && cur.sameProcess(id) && !cur.fed {
+		cur.mu.Lock()
+		defer cur.mu.Unlock()
+		return cur.checkCapLocked(devices, maxDevices)
+	}
+	return (*procEntry)(nil).checkCapLocked(devices, maxDevices)
+}
+
+// checkCapLocked fails when applying devices would give the process of e
+// (nil: a new one) more than maxDevices devices, without changing
+// anything. The caller holds e.mu.
+func (e *procEntry) checkCapLocked(devices []DeviceReport, maxDevices int) error {
 	if maxDevices <= 0 {
 		return nil
-	}
-	e := bound
-	if e == nil {
-		if cur, ok := s.procs[id.PID]; ok && cur.sameProcess(id) && !cur.fed {
-			e = cur
-		}
 	}
 	n := 0
 	if e != nil {
@@ -511,6 +629,7 @@ func (s *Store) checkCapLocked(bound *procEntry, id Identity, devices []DeviceRe
 	return nil
 }
 
+// applyLocked applies devices to e; the caller holds e.mu.
 func (s *Store) applyLocked(e *procEntry, devices []DeviceReport, now time.Time) {
 	for _, r := range devices {
 		d := s.deviceLocked(e, r.UUID)
@@ -536,7 +655,7 @@ func (c *counterState) apply(raw Optional) Optional {
 	return Some(c.update(raw.V))
 }
 
-// device returns the entry's device uuid, or nil.
+// device returns the entry's device uuid, or nil. The caller holds e.mu.
 func (e *procEntry) device(uuid string) *deviceEntry {
 	i := sort.Search(len(e.devices), func(i int) bool { return e.devices[i].stats.UUID >= uuid })
 	if i < len(e.devices) && e.devices[i].stats.UUID == uuid {
@@ -545,7 +664,8 @@ func (e *procEntry) device(uuid string) *deviceEntry {
 	return nil
 }
 
-// deviceLocked returns the entry's device uuid, creating it if absent.
+// deviceLocked returns the entry's device uuid, creating it if absent. The
+// caller holds e.mu.
 func (s *Store) deviceLocked(e *procEntry, uuid string) *deviceEntry {
 	i := sort.Search(len(e.devices), func(i int) bool { return e.devices[i].stats.UUID >= uuid })
 	if i < len(e.devices) && e.devices[i].stats.UUID == uuid {
@@ -555,8 +675,8 @@ func (s *Store) deviceLocked(e *procEntry, uuid string) *deviceEntry {
 	e.devices = append(e.devices, nil)
 	copy(e.devices[i+1:], e.devices[i:])
 	e.devices[i] = d
-	if !e.removed.Load() {
-		s.nDevices++
+	if !e.removed.Load() && !e.exited.Load() {
+		s.nDevices.Add(1)
 	}
 	return d
 }
@@ -569,14 +689,13 @@ func (s *Store) deviceLocked(e *procEntry, uuid string) *deviceEntry {
 // device where it holds a context, so a report NVML never confirms is
 // either a process NVML cannot see or a made-up device, and neither may
 // hold series for long. The process's entry stays (a later message may
-// name the device again).
+// name the device again). Like Processes, it locks one entry at a time.
 func (s *Store) DropUnlisted(now time.Time, grace time.Duration, listed func(pid uint32, uuid string) bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, e := range s.sorted {
+	for _, e := range s.sorted() {
 		if e.fed {
 			continue
 		}
+		e.mu.Lock()
 		kept := e.devices[:0]
 		for _, d := range e.devices {
 			switch {
@@ -585,34 +704,52 @@ func (s *Store) DropUnlisted(now time.Time, grace time.Duration, listed func(pid
 			case d.unlistedSince.IsZero():
 				d.unlistedSince = now
 			case now.Sub(d.unlistedSince) >= grace:
-				s.nDevices--
+				if !e.removed.Load() && !e.exited.Load() {
+					s.nDevices.Add(-1)
+				}
 				continue
 			}
 			kept = append(kept, d)
 		}
 		clear(e.devices[len(kept):])
 		e.devices = kept
+		e.mu.Unlock()
 	}
 }
 
 // oom records an oom message of a connection.
 func (s *Store) oom(bound *procEntry, id Identity, m OOMMessage, now time.Time, maxDevices int) (*procEntry, OOMEvent, error) {
-	s.mu.Lock()
-	if err := s.checkCapLocked(bound, id, []DeviceReport{{UUID: m.UUID}}, maxDevices); err != nil {
+	devices := []DeviceReport{{UUID: m.UUID}}
+	e := bound
+	if e != nil {
+		if err := lockBound(e); err != nil {
+			return bound, OOMEvent{}, err
+		}
+		if err := e.checkCapLocked(devices, maxDevices); err != nil {
+			e.mu.Unlock()
+			return bound, OOMEvent{}, err
+		}
+	} else {
+		s.mu.Lock()
+		if err := s.checkNewCapLocked(id, devices, maxDevices); err != nil {
+			s.mu.Unlock()
+			return nil, OOMEvent{}, err
+		}
+		var err error
+		if e, err = s.bindLocked(id); err != nil {
+			s.mu.Unlock()
+			return nil, OOMEvent{}, err
+		}
+		e.mu.Lock()
 		s.mu.Unlock()
-		return bound, OOMEvent{}, err
-	}
-	e, err := s.bindLocked(bound, id)
-	if err != nil {
-		s.mu.Unlock()
-		return bound, OOMEvent{}, err
 	}
 	ev := s.recordOOMLocked(e, m, now)
-	s.mu.Unlock()
+	e.mu.Unlock()
 	s.notifyOOM(ev)
 	return e, ev, nil
 }
 
+// recordOOMLocked records m in e; the caller holds e.mu.
 func (s *Store) recordOOMLocked(e *procEntry, m OOMMessage, now time.Time) OOMEvent {
 	d := s.deviceLocked(e, m.UUID)
 	d.stats.LastOOMRequest = Some(m.RequestedBytes)
@@ -638,10 +775,12 @@ func (s *Store) recordOOMLocked(e *procEntry, m OOMMessage, now time.Time) OOMEv
 func (s *Store) Feed(id Identity, framework string, devices []DeviceReport, now time.Time) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.checkCapLocked(nil, id, devices, DefaultMaxDevices); err != nil {
+	if err := s.checkNewCapLocked(id, devices, DefaultMaxDevices); err != nil {
 		return err
 	}
 	e := s.feedEntryLocked(id, now)
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	if framework != "" {
 		e.framework = Sanitize(framework)
 	}
@@ -653,11 +792,14 @@ func (s *Store) Feed(id Identity, framework string, devices []DeviceReport, now 
 // connection, as Feed does for stats.
 func (s *Store) FeedOOM(id Identity, m OOMMessage, now time.Time) (OOMEvent, error) {
 	s.mu.Lock()
-	if err := s.checkCapLocked(nil, id, []DeviceReport{{UUID: m.UUID}}, DefaultMaxDevices); err != nil {
+	if err := s.checkNewCapLocked(id, []DeviceReport{{UUID: m.UUID}}, DefaultMaxDevices); err != nil {
 		s.mu.Unlock()
 		return OOMEvent{}, err
 	}
-	ev := s.recordOOMLocked(s.feedEntryLocked(id, now), m, now)
+	e := s.feedEntryLocked(id, now)
+	e.mu.Lock()
+	ev := s.recordOOMLocked(e, m, now)
+	e.mu.Unlock()
 	s.mu.Unlock()
 	s.notifyOOM(ev)
 	return ev, nil
@@ -671,7 +813,7 @@ func (s *Store) feedEntryLocked(id Identity, now time.Time) *procEntry {
 		e = &procEntry{pid: id.PID, uid: id.UID, startTime: id.StartTime, fed: true}
 		s.putLocked(e)
 	}
-	if e.conns == 0 {
+	if e.conns.Load() == 0 {
 		e.disconnectedAt = now
 	}
 	return e

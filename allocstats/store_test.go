@@ -175,14 +175,16 @@ func TestPruneDropsDeadAndExpiredProcessesOnly(t *testing.T) {
 	if got := s.PIDs(); !equalPIDs(got, []uint32{1, 4}) {
 		t.Errorf("after Prune at the TTL pids are %v, want [1 4] (3 disconnected a TTL ago; 4 was fed since)", got)
 	}
+	// 2 exited with its connection open: hidden, dropped when it closes.
+	s.release(dead, t0)
 	if _, err := s.stats(dead, Identity{PID: 2, StartTime: 2}, []DeviceReport{{UUID: testUUID, Reserved: 1}}, t0, DefaultMaxDevices); err != errProcessGone {
-		t.Errorf("a pruned process's connection could still write: err = %v", err)
+		t.Errorf("a pruned process's closed connection could still write: err = %v", err)
 	}
 	s.Remove(4)
 	if got := s.PIDs(); !equalPIDs(got, []uint32{1}) {
 		t.Errorf("after Remove(4) pids are %v, want [1]", got)
 	}
-	if n := s.nDevices; n != 1 {
+	if n := s.nDevices.Load(); n != 1 {
 		t.Errorf("device count after pruning is %d, want 1", n)
 	}
 }
@@ -284,4 +286,63 @@ func equalPIDs(a, b []uint32) bool {
 		}
 	}
 	return true
+}
+
+// A process that exits right after writing: Prune finds it gone while its
+// connection still holds queued lines. The lines are still applied, to an
+// entry no reader sees, and the entry goes when the connection closes; a
+// new process with the same pid never sees or changes it.
+func TestAnExitedProcessKeepsItsQueuedLinesUntilItsConnectionCloses(t *testing.T) {
+	s := NewStore(time.Minute)
+	s.SetProcessLimits(1, 1)
+	var events []OOMEvent
+	s.OnOOM(func(ev OOMEvent) { events = append(events, ev) })
+	old := Identity{PID: 42, UID: 1000, StartTime: 100}
+	e := mustStats(t, s, nil, old, t0, DeviceReport{UUID: testUUID, Reserved: 1, OOMs: Some(1)})
+
+	s.Prune(t0, func(pid uint32, start uint64) bool { return false })
+	if _, ok := s.Process(42); ok || len(s.Processes()) != 0 || len(s.PIDs()) != 0 {
+		t.Fatalf("an exited process is still exported: %v", s.PIDs())
+	}
+	if n := s.nDevices.Load(); n != 0 {
+		t.Errorf("device count after the exit = %d, want 0", n)
+	}
+	// Its queued lines are still taken: the last stats and the oom.
+	if _, err := s.stats(e, old, []DeviceReport{{UUID: testUUID, Reserved: 2, OOMs: Some(2)}}, t0, DefaultMaxDevices); err != nil {
+		t.Errorf("a line queued before the exit was refused: %v", err)
+	}
+	if _, ev, err := s.oom(e, old, OOMMessage{UUID: testUUID, RequestedBytes: 916}, t0, DefaultMaxDevices); err != nil || ev.PID != 42 || ev.StartTime != 100 {
+		t.Errorf("an oom queued before the exit: %+v, %v", ev, err)
+	}
+	if len(events) != 1 {
+		t.Errorf("%d OOM events recorded, want 1", len(events))
+	}
+
+	// The pid is reused (the exited one's slot is free: the limit is 1).
+	// The new process gets its own entry, and the old connection's lines
+	// never reach it.
+	reused := Identity{PID: 42, UID: 1000, StartTime: 200}
+	n := mustStats(t, s, nil, reused, t0, DeviceReport{UUID: testUUID2, Reserved: 7})
+	if n == e {
+		t.Fatal("the new holder of the pid got the exited process's entry")
+	}
+	if _, err := s.stats(e, old, []DeviceReport{{UUID: testUUID, Reserved: 3}}, t0, DefaultMaxDevices); err != nil {
+		t.Errorf("the exited process's connection, after the pid was reused: %v", err)
+	}
+	p := mustProcess(t, s, 42)
+	if p.StartTime != 200 || len(p.Devices) != 1 || p.Devices[0].UUID != testUUID2 || p.Devices[0].Reserved != 7 {
+		t.Errorf("the new holder of the pid is %+v, want only its own device", p)
+	}
+
+	// EOF: the last connection closes and the exited entry is gone.
+	s.release(e, t0)
+	if _, err := s.stats(e, old, []DeviceReport{{UUID: testUUID, Reserved: 4}}, t0, DefaultMaxDevices); err != errProcessGone {
+		t.Errorf("the exited entry took a message after its connection closed: err = %v", err)
+	}
+	if p := mustProcess(t, s, 42); p.StartTime != 200 || p.Devices[0].Reserved != 7 {
+		t.Errorf("closing the exited process's connection changed the new holder: %+v", p)
+	}
+	if n := s.nDevices.Load(); n != 1 {
+		t.Errorf("device count = %d, want 1", n)
+	}
 }
