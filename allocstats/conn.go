@@ -31,6 +31,9 @@ type connection struct {
 	// accepted message.
 	entry    *procEntry
 	welcomed bool
+	// draining: the process exited and the other end of the connection is
+	// closed; the lines still queued are applied until EOF.
+	draining bool
 	// lastMessage is when the last message was accepted (or the connection
 	// opened): the idle timeout counts from it, so blank lines, bad lines
 	// and a trickle of bytes do not keep a connection open.
@@ -138,16 +141,23 @@ func (cn *connection) handleLine(line []byte) error {
 	}
 	// The connection speaks for its process only while that process runs:
 	// a descriptor kept after the process exited (and its pid reused)
-	// speaks for nobody.
-	if !cn.peer.isAlive() {
-		s.messages.WithLabelValues(msg.Type, ResultRejected).Inc()
-		return &errClose{closeProcessGone, fmt.Errorf("process %d exited; its connection is closed", cn.peer.id.PID)}
+	// speaks for nobody. But the lines the process wrote just before it
+	// exited (often the stats and oom of the failure that ended it) may
+	// still be queued: once nobody can write on the connection any more
+	// (every holder of its other end closed it), what is queued is taken,
+	// into the entry the connection already feeds, until EOF.
+	if !cn.draining && !cn.peer.isAlive() {
+		if cn.entry == nil || !peerClosed(cn.cs.c) {
+			s.messages.WithLabelValues(msg.Type, ResultRejected).Inc()
+			return &errClose{closeProcessGone, fmt.Errorf("process %d exited; its connection is closed", cn.peer.id.PID)}
+		}
+		cn.draining = true
 	}
 	now := s.now()
 	switch msg.Type {
 	case TypeHello:
 		err = cn.bind(s.store.hello(cn.entry, cn.peer.id, msg.Hello))
-		if err == nil && !cn.welcomed {
+		if err == nil && !cn.welcomed && !cn.draining {
 			s.messages.WithLabelValues(TypeHello, ResultOK).Inc()
 			cn.welcomed = true
 			cn.lastMessage = time.Now()

@@ -81,6 +81,29 @@ func (p *pidfd) alive() bool {
 
 func (p *pidfd) close() { unix.Close(p.fd) }
 
+// peerClosed reports whether nobody can write on c any more: every holder
+// of its other end closed it, or shut it down for writing. What is still
+// queued on c is then all there will ever be.
+func peerClosed(c kernelConn) bool {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return false
+	}
+	closed := false
+	raw.Control(func(s uintptr) {
+		fds := []unix.PollFd{{Fd: int32(s), Events: unix.POLLRDHUP}}
+		for {
+			n, err := unix.Poll(fds, 0)
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			closed = err == nil && n > 0 && fds[0].Revents&(unix.POLLRDHUP|unix.POLLHUP) != 0
+			return
+		}
+	})
+	return closed
+}
+
 // bootTime returns CLOCK_BOOTTIME, the clock of /proc's start times.
 func bootTime() time.Duration {
 	var ts unix.Timespec

@@ -178,6 +178,61 @@ func TestServerClosesTheConnectionOfAnExitedProcessAndDropsItsMessages(t *testin
 	})
 }
 
+// A process writes its last lines and exits before the daemon reads them
+// (here: the reader is held inside the liveness check of the first of
+// them while the process exits, closes its end and is pruned). Every line
+// it wrote is still applied, none counted rejected, and its entry goes at
+// EOF. No sleep races a timer: the test holds the reader at a gate.
+func TestServerAppliesTheLinesAnExitedProcessQueued(t *testing.T) {
+	const pid = 5002
+	var calls atomic.Int32
+	var dead atomic.Bool
+	reached, gate := make(chan struct{}), make(chan struct{})
+	p := &peer{id: Identity{PID: pid, UID: 1000, StartTime: 7}, alive: func() bool {
+		if calls.Add(1) == 3 {
+			close(reached)
+			<-gate
+		}
+		return !dead.Load()
+	}}
+	var ooms atomic.Int32
+	ts := startServer(t, nil, fakePeers(p), func(s *Server) {
+		s.store.OnOOM(func(OOMEvent) { ooms.Add(1) })
+	})
+	c := dial(t, ts.path)
+	c.send(statsLine(testUUID, 1, ""))
+	c.hello() // calls 1 and 2: the connection is bound to the process
+	c.send(statsLine(testUUID, 2, ""))
+	<-reached // the reader holds the line of reserved 2
+	c.send(statsLine(testUUID, 3, `,"ooms":1`),
+		`{"v":1,"type":"oom","uuid":"`+testUUID+`","requested_bytes":916}`)
+	c.c.Close() // the process exits
+	dead.Store(true)
+	ts.store.Prune(time.Now(), func(uint32, uint64) bool { return false })
+	if _, ok := ts.store.Process(pid); ok {
+		t.Error("an exited process is still exported")
+	}
+	ts.srv.closeStale() // must leave the connection to drain
+	close(gate)
+
+	eventually(t, "the connection is closed", func() bool { return gaugeValue(t, ts.srv.connections) == 0 })
+	if got := ts.messages(t, TypeStats, ResultOK); got != 3 {
+		t.Errorf("stats accepted = %v, want 3", got)
+	}
+	if got := ts.messages(t, TypeOOM, ResultOK); got != 1 || ooms.Load() != 1 {
+		t.Errorf("oom accepted = %v, OOM events %d; want 1 and 1", got, ooms.Load())
+	}
+	if got := ts.messages(t, TypeStats, ResultRejected) + ts.messages(t, TypeOOM, ResultRejected); got != 0 {
+		t.Errorf("%v lines counted rejected", got)
+	}
+	if got := counterValue(t, ts.srv.connectionsClosed.WithLabelValues(closeProcessGone)); got != 0 {
+		t.Errorf("the daemon closed the connection (process_gone %v) before it was drained", got)
+	}
+	if e := ts.srv.store; len(e.PIDs()) != 0 {
+		t.Errorf("pids after the drain: %v", e.PIDs())
+	}
+}
+
 func TestAnEntryOfALiveProcessIsNeverReplacedByAnotherIdentity(t *testing.T) {
 	s := NewStore(time.Minute)
 	victim := Identity{PID: 77, UID: 1000, StartTime: 500}

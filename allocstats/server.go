@@ -472,17 +472,25 @@ func (s *Server) untrack(cs *connState) {
 }
 
 // closeStale closes the connections whose process exited (where that is
-// cheap to ask: a pidfd) or whose store entry was removed, so that their
-// clients reconnect and their slots are free.
+// cheap to ask: a pidfd, or Prune found it gone) or whose store entry was
+// removed, so that their clients reconnect and their slots are free. A
+// connection of an exited process whose other end is closed by every
+// holder is left to read what its process queued: its EOF is at most a
+// socket buffer away.
 func (s *Server) closeStale() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for cs := range s.conns {
-		if e := cs.entry.Load(); e != nil && e.removed.Load() {
+		e := cs.entry.Load()
+		if e != nil && e.removed.Load() {
 			cs.closeFor(closeProcessGone)
 			continue
 		}
-		if p := cs.peer; p != nil && p.sweep && !p.isAlive() {
+		gone := e != nil && e.exited.Load()
+		if p := cs.peer; !gone && p != nil && p.sweep {
+			gone = !p.isAlive()
+		}
+		if gone && (e == nil || !peerClosed(cs.c)) {
 			cs.closeFor(closeProcessGone)
 		}
 	}
