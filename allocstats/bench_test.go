@@ -11,6 +11,7 @@ import (
 // reporting processes with 8 devices each.
 func BenchmarkStoreProcesses(b *testing.B) {
 	s := NewStore(time.Minute)
+	s.SetProcessLimits(1000, 1000)
 	reports := make([]DeviceReport, 8)
 	for i := range reports {
 		reports[i] = DeviceReport{UUID: fmt.Sprintf("GPU-%08x-0000-0000-0000-000000000000", i), Reserved: 1 << 30, Active: Some(1 << 29), AllocRetries: Some(1), OOMs: Some(0)}
