@@ -187,7 +187,7 @@ func (cn *connection) handleLine(line []byte) error {
 		}
 		return nil
 	}
-	s.messages.WithLabelValues(msg.Type, ResultOK).Inc()
+	s.acceptedMessages[msg.Type].Inc()
 	cn.lastMessage = time.Now()
 	return nil
 }

@@ -162,7 +162,11 @@ func DecodeLine(line []byte, maxDevices int) (Message, error) {
 		return Message{}, malformed("not a JSON object")
 	}
 	var w wireMessage
-	err := json.Unmarshal(trimmed, &w)
+	var err error
+	if !scanWire(trimmed, &w) {
+		// Outside the fast path's shape (scan.go): encoding/json decides.
+		w, err = unmarshalWire(trimmed)
+	}
 	// Every field but devices is raw, so a type error comes from devices;
 	// Unmarshal still fills the other fields. It matters only for stats.
 	var typeErr *json.UnmarshalTypeError
@@ -197,6 +201,14 @@ func DecodeLine(line []byte, maxDevices int) (Message, error) {
 	default:
 		return Message{}, rejected(TypeUnknown, "unknown message type %.40q", typ)
 	}
+}
+
+// unmarshalWire is the slow path of DecodeLine: its own variable, so that
+// the fast path's stays off the heap.
+func unmarshalWire(line []byte) (wireMessage, error) {
+	var w wireMessage
+	err := json.Unmarshal(line, &w)
+	return w, err
 }
 
 func typeLabel(typ string) string {

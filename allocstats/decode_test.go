@@ -245,3 +245,18 @@ func TestSanitizeIsIdempotent(t *testing.T) {
 		}
 	}
 }
+
+// The lines clients send take the decoder's fast path (scan.go).
+func TestClientLinesTakeTheFastPath(t *testing.T) {
+	for _, line := range []string{
+		`{"v":1,"type":"hello","framework":"pytorch","framework_version":"2.11.0","client":"gpumem-python/0.1.0"}`,
+		pythonStatsLine(testUUID, 1),
+		`{"v":1,"type":"stats","devices":[{"uuid":"` + testUUID + `","reserved_bytes":1},{"uuid":"` + testUUID2 + `","reserved_bytes":2,"limit_bytes":null}]}`,
+		`{"v":1,"type":"oom","uuid":"` + testUUID + `","requested_bytes":960495616,"limit_bytes":4294967296,"free_bytes":145713397760}`,
+	} {
+		var w wireMessage
+		if !scanWire([]byte(line), &w) {
+			t.Errorf("%s: not taken by the fast path", line)
+		}
+	}
+}

@@ -3,8 +3,10 @@ package allocstats
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"testing"
+	"unicode/utf8"
 )
 
 // encodeMessage writes msg back in wire form, the way a client would.
@@ -90,4 +92,56 @@ func FuzzDecodeLine(f *testing.F) {
 			t.Fatalf("accepted %q as %+v, re-encoded it decodes as %+v", line, msg, again)
 		}
 	})
+}
+
+// FuzzScanWire checks the decoder's fast path against encoding/json: on
+// every valid UTF-8 line it takes (DecodeLine checks UTF-8 first), it must
+// fill the wire message exactly as json.Unmarshal does, and json.Unmarshal
+// must accept the line.
+func FuzzScanWire(f *testing.F) {
+	for _, s := range []string{
+		`{"v":1,"type":"hello","framework":"pytorch","framework_version":"2.11.0","client":"gpumem-python/0.1.0"}`,
+		`{"v":1,"type":"stats","devices":[{"uuid":"` + testUUID + `","reserved_bytes":962592768,"active_bytes":960495616,"allocated_bytes":960495616,"inactive_split_bytes":0,"peak_reserved_bytes":1,"peak_active_bytes":2,"limit_bytes":3,"alloc_retries":1,"ooms":1}]}`,
+		`{"v":1,"type":"oom","uuid":"` + testUUIDHex + `","requested_bytes":960495616,"limit_bytes":null,"free_bytes":145713397760}`,
+		` { "v" : 1 , "type" : "stats" , "devices" : [ { } , {"uuid":""} ] } `,
+		`{"v":1,"type":"stats","devices":null}`,
+		`{"v":1,"type":"stats","devices":[]}`,
+		`{"v":01,"type":"stats"}`,
+		`{"v":1,"V":2,"type":"hello"}`,
+		`{"v":1,"type":"hello","v":2}`,
+		`{"v":1,"type":"h\u0065llo"}`,
+		`{"v":1,"type":"hello"}x`,
+		`{"v":1.0,"type":"hello"}`,
+		`{"v":1,"type":"stats","devices":[{"uuid":"a","reserved_bytes":1e3}]}`,
+		`{"v":1,"type":"stats","devices":[{"uuid":"a","reserved_bytes":1},]}`,
+		`{"v":1,"type":"stats","devices":{}}`,
+		`{}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		if len(line) == 0 || line[0] != '{' || !utf8.Valid(line) {
+			return
+		}
+		var fast wireMessage
+		if !scanWire(line, &fast) {
+			return
+		}
+		var slow wireMessage
+		if err := json.Unmarshal(line, &slow); err != nil {
+			t.Fatalf("the fast path took %q, which encoding/json refuses: %v", line, err)
+		}
+		if !reflect.DeepEqual(fast, slow) {
+			t.Fatalf("the fast path read %q as %s, encoding/json as %s", line, dumpWire(fast), dumpWire(slow))
+		}
+	})
+}
+
+func dumpWire(w wireMessage) string {
+	b, _ := json.Marshal(w)
+	s := string(b)
+	if w.Devices != nil {
+		s += fmt.Sprintf(" devices=%d", len(*w.Devices))
+	}
+	return s
 }

@@ -8,6 +8,13 @@ import "strings"
 // prefixed). MIG-… UUIDs are kept as they are. It returns false for
 // anything else.
 func NormalizeUUID(s string) (string, bool) {
+	if isNVMLSpelling(s) {
+		return s, true // as clients mostly send it: nothing to allocate
+	}
+	return normalizeUUID(s)
+}
+
+func normalizeUUID(s string) (string, bool) {
 	s = strings.TrimSpace(s)
 	upper := strings.ToUpper(s)
 	switch {
@@ -48,6 +55,27 @@ func isCanonicalDashed(s string) bool {
 	for _, i := range []int{8, 13, 18, 23} {
 		if s[i] != '-' {
 			return false
+		}
+	}
+	return true
+}
+
+// isNVMLSpelling reports whether s is already NVML's spelling of a GPU
+// UUID: "GPU-" and lower-case dashed hex.
+func isNVMLSpelling(s string) bool {
+	if len(s) != 40 || s[:4] != "GPU-" {
+		return false
+	}
+	for i := 4; i < len(s); i++ {
+		switch c := s[i]; i - 4 {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+				return false
+			}
 		}
 	}
 	return true

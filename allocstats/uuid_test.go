@@ -27,3 +27,22 @@ func TestNormalizeUUID(t *testing.T) {
 		}
 	}
 }
+
+// NormalizeUUID's shortcut for NVML's spelling agrees with the full
+// normalisation on every one-character change of a UUID.
+func TestNormalizeUUIDShortcutAgrees(t *testing.T) {
+	const base = "GPU-5f0e3c1a-7b2d-4e89-a1c3-000000000003"
+	inputs := []string{base, base + " ", " " + base, base[:39], base + "0"}
+	for i := range base {
+		for _, c := range "gG-0aAfF9 zPUu" {
+			inputs = append(inputs, base[:i]+string(c)+base[i+1:])
+		}
+	}
+	for _, in := range inputs {
+		got, ok := NormalizeUUID(in)
+		want, wantOK := normalizeUUID(in)
+		if got != want || ok != wantOK {
+			t.Errorf("NormalizeUUID(%q) = %q, %v; the full normalisation gives %q, %v", in, got, ok, want, wantOK)
+		}
+	}
+}
