@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -44,7 +45,8 @@ func benchCounter(b *testing.B, s *Server, typ, result string) float64 {
 // own process, write stats lines of the Python client's shape into a real
 // socket server as fast as it takes them. One op is one message; msgs/s is
 // messages accepted per second of wall time, from the first byte written
-// to the last line counted. Every line must be counted ok.
+// to the last line counted; cpu-ns/msg is the process's CPU time (server
+// and clients) per message. Every line must be counted ok.
 func BenchmarkIngestEndToEnd(b *testing.B) {
 	const clients = 200
 	dir, err := os.MkdirTemp("", "gsb")
@@ -127,6 +129,7 @@ func BenchmarkIngestEndToEnd(b *testing.B) {
 	before := benchCounter(b, srv, TypeStats, ResultOK)
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpuStart := processCPU(b)
 	start := time.Now()
 	var wg sync.WaitGroup
 	for i, c := range conns {
@@ -161,6 +164,7 @@ func BenchmarkIngestEndToEnd(b *testing.B) {
 		time.Sleep(100 * time.Microsecond)
 	}
 	elapsed := time.Since(start)
+	cpu := processCPU(b) - cpuStart
 	b.StopTimer()
 	if got := benchCounter(b, srv, TypeStats, ResultOK); got != want {
 		b.Fatalf("accepted %v lines, sent %d", got-before, b.N)
@@ -171,6 +175,18 @@ func BenchmarkIngestEndToEnd(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/msg")
+}
+
+// processCPU is the CPU time (user and system) the process has used: the
+// server's and the clients' writes, which a loaded machine does not
+// stretch as it stretches wall time.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkStoreReadUnderWriters: the latency of the poller's
