@@ -13,7 +13,7 @@ LDFLAGS     := -X github.com/prometheus/common/version.Version=$(VERSION) \
 # and no failing input. `make fuzz-long` fuzzes for a while instead.
 FUZZCOUNT   ?= 3000x
 FUZZTIME    ?= 2m
-FUZZ_TARGETS := FuzzDecodeLine:./allocstats/ FuzzParseCgroup:./workload/
+FUZZ_TARGETS := FuzzDecodeLine:./allocstats/ FuzzScanWire:./allocstats/ FuzzParseCgroup:./workload/
 
 .PHONY: all build test test-go test-python fuzz fuzz-long lint bench clean
 

@@ -6,7 +6,14 @@
 // The wire protocol is specified in docs/protocol.md: one JSON object per
 // line, identity taken from SO_PEERCRED, never from the message. The data
 // flow is socket -> Server -> Store -> collector; the collector reads the
-// Store with Processes, which returns a deep copy.
+// Store with Processes, which returns a deep copy. Ingest never makes a
+// reader wait: readers take a copy-on-write index of the processes and
+// lock one process at a time, and a connection's messages lock only its
+// own process (see Store).
+//
+// DecodeLine decodes the lines clients send through a fast path of its own
+// (scan.go) and gives any other line to encoding/json, with the same
+// result either way.
 package allocstats
 
 import "time"
