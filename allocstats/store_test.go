@@ -346,3 +346,49 @@ func TestAnExitedProcessKeepsItsQueuedLinesUntilItsConnectionCloses(t *testing.T
 		t.Errorf("device count = %d, want 1", n)
 	}
 }
+
+// Readers and a connection's later messages never take the store-wide
+// lock: with it held (as while a new process is admitted or Prune drops
+// one), Processes, Process, PIDs, DropUnlisted and a bound connection's
+// stats, hello and oom all complete.
+func TestReadersAndBoundWritersDoNotWaitOnTheStoreLock(t *testing.T) {
+	s := NewStore(time.Minute)
+	id := Identity{PID: 8, UID: 1000, StartTime: 1}
+	e := mustStats(t, s, nil, id, t0, DeviceReport{UUID: testUUID, Reserved: 1})
+	s.mu.Lock()
+	done := make(chan string, 8)
+	go func() {
+		defer close(done)
+		if ps := s.Processes(); len(ps) != 1 {
+			done <- "Processes"
+		}
+		if _, ok := s.Process(8); !ok {
+			done <- "Process"
+		}
+		if len(s.PIDs()) != 1 {
+			done <- "PIDs"
+		}
+		s.DropUnlisted(t0, time.Minute, func(uint32, string) bool { return true })
+		if _, err := s.stats(e, id, []DeviceReport{{UUID: testUUID, Reserved: 2}}, t0, DefaultMaxDevices); err != nil {
+			done <- "stats: " + err.Error()
+		}
+		if _, err := s.hello(e, id, Hello{Framework: "jax"}); err != nil {
+			done <- "hello: " + err.Error()
+		}
+		if _, _, err := s.oom(e, id, OOMMessage{UUID: testUUID, RequestedBytes: 1}, t0, DefaultMaxDevices); err != nil {
+			done <- "oom: " + err.Error()
+		}
+	}()
+	select {
+	case what, ok := <-done:
+		if ok {
+			t.Errorf("%s failed", what)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a reader or a bound connection's message waited on the store's lock (10s)")
+	}
+	s.mu.Unlock()
+	if p := mustProcess(t, s, 8); p.Framework != "jax" || mustDevice(t, p, testUUID).Reserved != 2 {
+		t.Errorf("after the messages: %+v", p)
+	}
+}
