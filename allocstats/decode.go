@@ -169,8 +169,11 @@ func DecodeLine(line []byte, maxDevices int) (Message, error) {
 	}
 	// Every field but devices is raw, so a type error comes from devices;
 	// Unmarshal still fills the other fields. It matters only for stats.
-	var typeErr *json.UnmarshalTypeError
-	badDevices := errors.As(err, &typeErr)
+	badDevices := false
+	if err != nil {
+		var typeErr *json.UnmarshalTypeError
+		badDevices = errors.As(err, &typeErr)
+	}
 	if err != nil && !badDevices {
 		return Message{}, malformed("not a JSON object: %v", err)
 	}
@@ -275,23 +278,31 @@ func decodeDevice(w *wireDevice) (DeviceReport, error) {
 	if d.Reserved, err = requiredUint("reserved_bytes", w.Reserved); err != nil {
 		return DeviceReport{}, err
 	}
-	for _, f := range [...]struct {
-		name string
-		raw  json.RawMessage
-		dst  *Optional
-	}{
-		{"active_bytes", w.Active, &d.Active},
-		{"allocated_bytes", w.Allocated, &d.Allocated},
-		{"inactive_split_bytes", w.InactiveSplit, &d.InactiveSplit},
-		{"peak_reserved_bytes", w.PeakReserved, &d.PeakReserved},
-		{"peak_active_bytes", w.PeakActive, &d.PeakActive},
-		{"limit_bytes", w.Limit, &d.Limit},
-		{"alloc_retries", w.AllocRetries, &d.AllocRetries},
-		{"ooms", w.OOMs, &d.OOMs},
-	} {
-		if *f.dst, err = optionalUint(f.name, f.raw); err != nil {
-			return DeviceReport{}, err
-		}
+	// One call per field, in this order (the first bad field is the one
+	// reported): a table of pointers into d would move d to the heap.
+	if d.Active, err = optionalUint("active_bytes", w.Active); err != nil {
+		return DeviceReport{}, err
+	}
+	if d.Allocated, err = optionalUint("allocated_bytes", w.Allocated); err != nil {
+		return DeviceReport{}, err
+	}
+	if d.InactiveSplit, err = optionalUint("inactive_split_bytes", w.InactiveSplit); err != nil {
+		return DeviceReport{}, err
+	}
+	if d.PeakReserved, err = optionalUint("peak_reserved_bytes", w.PeakReserved); err != nil {
+		return DeviceReport{}, err
+	}
+	if d.PeakActive, err = optionalUint("peak_active_bytes", w.PeakActive); err != nil {
+		return DeviceReport{}, err
+	}
+	if d.Limit, err = optionalUint("limit_bytes", w.Limit); err != nil {
+		return DeviceReport{}, err
+	}
+	if d.AllocRetries, err = optionalUint("alloc_retries", w.AllocRetries); err != nil {
+		return DeviceReport{}, err
+	}
+	if d.OOMs, err = optionalUint("ooms", w.OOMs); err != nil {
+		return DeviceReport{}, err
 	}
 	return d, nil
 }

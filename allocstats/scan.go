@@ -1,5 +1,7 @@
 package allocstats
 
+import "encoding/json"
+
 // A fast path for DecodeLine: scanWire fills a wireMessage from the lines
 // clients actually send, without encoding/json's validation pass and
 // reflection (three quarters of the ingest CPU before). It accepts only a
@@ -123,13 +125,10 @@ func (s *scanner) value() []byte {
 	return nil
 }
 
-// object reads an object whose members are all known keys with flat
-// values: set returns the field a key names (nil: unknown key), or
-// calls nested for "devices" (the only nested value in the shape).
-func (s *scanner) object(field func(key []byte) *[]byte, nested func(key []byte) bool) {
-	if !s.expect('{') {
-		return
-	}
+// members reads the members of an object after its '{' (and the '}'),
+// calling member for each key; member reads the value. It stops at the
+// first thing outside the shape.
+func (s *scanner) members(member func(key []byte)) {
 	if s.peek() == '}' {
 		s.i++
 		return
@@ -139,12 +138,7 @@ func (s *scanner) object(field func(key []byte) *[]byte, nested func(key []byte)
 		if s.bad {
 			return
 		}
-		if nested != nil && nested(k) {
-			// handled
-		} else if dst := field(k); dst == nil || *dst != nil {
-			s.bad = true // an unknown key, another spelling, or a duplicate
-			return
-		} else if *dst = s.value(); s.bad {
+		if member(k); s.bad {
 			return
 		}
 		switch s.peek() {
@@ -159,51 +153,95 @@ func (s *scanner) object(field func(key []byte) *[]byte, nested func(key []byte)
 	}
 }
 
+// flat reads a flat value into dst, which must not be set yet (a key
+// seen twice leaves the fast path); dst nil is an unknown key, or another
+// spelling of a known one, which leaves it too.
+func (s *scanner) flat(dst *json.RawMessage) {
+	if dst == nil || *dst != nil {
+		s.bad = true
+		return
+	}
+	*dst = s.value()
+}
+
 // scanWire fills w from line, which starts with '{', as json.Unmarshal
 // would; false when line is outside the fast path's shape (w is then
 // garbage).
 func scanWire(line []byte, w *wireMessage) bool {
 	s := scanner{b: line}
+	if !s.expect('{') {
+		return false
+	}
 	devicesSeen := false
-	s.object(func(k []byte) *[]byte {
-		switch string(k) {
-		case "v":
-			return (*[]byte)(&w.V)
-		case "type":
-			return (*[]byte)(&w.Type)
-		case "framework":
-			return (*[]byte)(&w.Framework)
-		case "framework_version":
-			return (*[]byte)(&w.FrameworkVersion)
-		case "client":
-			return (*[]byte)(&w.Client)
-		case "uuid":
-			return (*[]byte)(&w.UUID)
-		case "requested_bytes":
-			return (*[]byte)(&w.RequestedBytes)
-		case "limit_bytes":
-			return (*[]byte)(&w.LimitBytes)
-		case "free_bytes":
-			return (*[]byte)(&w.FreeBytes)
+	s.members(func(k []byte) {
+		if string(k) == "devices" {
+			if devicesSeen {
+				s.bad = true
+				return
+			}
+			devicesSeen = true
+			s.devices(w)
+			return
 		}
-		return nil
-	}, func(k []byte) bool {
-		if string(k) != "devices" {
-			return false
-		}
-		if devicesSeen {
-			s.bad = true
-			return true
-		}
-		devicesSeen = true
-		s.devices(w)
-		return true
+		s.flat(w.field(k))
 	})
 	if s.bad {
 		return false
 	}
 	s.ws()
 	return s.i == len(s.b)
+}
+
+// field returns the field of w that key names exactly, or nil.
+func (w *wireMessage) field(k []byte) *json.RawMessage {
+	switch string(k) {
+	case "v":
+		return &w.V
+	case "type":
+		return &w.Type
+	case "framework":
+		return &w.Framework
+	case "framework_version":
+		return &w.FrameworkVersion
+	case "client":
+		return &w.Client
+	case "uuid":
+		return &w.UUID
+	case "requested_bytes":
+		return &w.RequestedBytes
+	case "limit_bytes":
+		return &w.LimitBytes
+	case "free_bytes":
+		return &w.FreeBytes
+	}
+	return nil
+}
+
+// field returns the field of d that key names exactly, or nil.
+func (d *wireDevice) field(k []byte) *json.RawMessage {
+	switch string(k) {
+	case "uuid":
+		return &d.UUID
+	case "reserved_bytes":
+		return &d.Reserved
+	case "active_bytes":
+		return &d.Active
+	case "allocated_bytes":
+		return &d.Allocated
+	case "inactive_split_bytes":
+		return &d.InactiveSplit
+	case "peak_reserved_bytes":
+		return &d.PeakReserved
+	case "peak_active_bytes":
+		return &d.PeakActive
+	case "limit_bytes":
+		return &d.Limit
+	case "alloc_retries":
+		return &d.AllocRetries
+	case "ooms":
+		return &d.OOMs
+	}
+	return nil
 }
 
 // devices reads the value of "devices": null or an array of objects.
@@ -227,33 +265,12 @@ func (s *scanner) devices(w *wireMessage) {
 		return
 	}
 	for !s.bad {
+		if !s.expect('{') {
+			return
+		}
 		devs = append(devs, wireDevice{})
 		d := &devs[len(devs)-1]
-		s.object(func(k []byte) *[]byte {
-			switch string(k) {
-			case "uuid":
-				return (*[]byte)(&d.UUID)
-			case "reserved_bytes":
-				return (*[]byte)(&d.Reserved)
-			case "active_bytes":
-				return (*[]byte)(&d.Active)
-			case "allocated_bytes":
-				return (*[]byte)(&d.Allocated)
-			case "inactive_split_bytes":
-				return (*[]byte)(&d.InactiveSplit)
-			case "peak_reserved_bytes":
-				return (*[]byte)(&d.PeakReserved)
-			case "peak_active_bytes":
-				return (*[]byte)(&d.PeakActive)
-			case "limit_bytes":
-				return (*[]byte)(&d.Limit)
-			case "alloc_retries":
-				return (*[]byte)(&d.AllocRetries)
-			case "ooms":
-				return (*[]byte)(&d.OOMs)
-			}
-			return nil
-		}, nil)
+		s.members(func(k []byte) { s.flat(d.field(k)) })
 		if s.bad {
 			return
 		}
