@@ -21,6 +21,10 @@ type welcome struct {
 	Server     string `json:"server"`
 }
 
+// deadlineSlack is how far the read deadline may lag behind the idle
+// timeout from the last accepted message before it is moved (see serve).
+const deadlineSlack = time.Second
+
 // connection is the state of one client connection, owned by its goroutine.
 type connection struct {
 	s      *Server
@@ -95,11 +99,25 @@ func (cn *connection) serve() error {
 	lr := newLineReader(cn.cs.c, s.cfg.MaxMessageBytes, s.budget)
 	lr.onEvict = func() { cn.cs.closeFor(closeBufferBudget) }
 	defer lr.dropLine()
+	// The read deadline is the idle timeout from the last accepted
+	// message. Moving it costs a timer update, so it is moved only when it
+	// is a second or more behind; when an older one passes, it is moved
+	// and the read goes on.
+	var armed time.Time
 	for {
-		if err := cn.cs.c.SetReadDeadline(cn.lastMessage.Add(s.cfg.IdleTimeout)); err != nil {
-			return fmt.Errorf("setting read deadline: %w", err)
+		if want := cn.lastMessage.Add(s.cfg.IdleTimeout); want.Sub(armed) >= deadlineSlack {
+			if err := cn.cs.c.SetReadDeadline(want); err != nil {
+				return fmt.Errorf("setting read deadline: %w", err)
+			}
+			armed = want
 		}
 		line, err := lr.readLine()
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			if want := cn.lastMessage.Add(s.cfg.IdleTimeout); time.Now().Before(want) {
+				armed = time.Time{}
+				continue
+			}
+		}
 		switch {
 		case errors.Is(err, errLineTooLong):
 			s.messages.WithLabelValues(TypeUnknown, ResultOversize).Inc()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"os"
 	"time"
 )
 
@@ -41,6 +42,8 @@ func newLineReader(r io.Reader, max int, budget *bufferBudget) *lineReader {
 
 // readLine returns the next line without its newline. The slice is valid
 // until the next call. A last line without a newline is returned at EOF.
+// A read deadline that passes is returned as os.ErrDeadlineExceeded, and
+// reading may go on after it.
 // It returns errLineTooLong when a line has more than max bytes, and
 // errBufferBudget when the budget closed this connection.
 func (lr *lineReader) readLine() ([]byte, error) {
@@ -80,6 +83,11 @@ func (lr *lineReader) readLine() ([]byte, error) {
 		n, err := lr.r.Read(lr.chunk)
 		lr.ce = n
 		if err != nil {
+			if n == 0 && errors.Is(err, os.ErrDeadlineExceeded) {
+				// Not sticky, and an unfinished line is kept: the caller
+				// may move the deadline and read on.
+				return nil, err
+			}
 			lr.err = err
 		}
 	}

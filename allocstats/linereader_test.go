@@ -3,6 +3,7 @@ package allocstats
 import (
 	"errors"
 	"io"
+	"os"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -44,6 +45,37 @@ func TestLineReader(t *testing.T) {
 					t.Errorf("buffers grew to %d and %d bytes, over max = %d", cap(lr.line), len(lr.chunk), tt.max)
 				}
 			})
+		}
+	}
+}
+
+// steps returns each of its reads in turn: data, or an error.
+type steps []any
+
+func (s *steps) Read(p []byte) (int, error) {
+	if len(*s) == 0 {
+		return 0, io.EOF
+	}
+	step := (*s)[0]
+	*s = (*s)[1:]
+	if err, ok := step.(error); ok {
+		return 0, err
+	}
+	return copy(p, step.(string)), nil
+}
+
+// A passed read deadline is not sticky and keeps the unfinished line: the
+// server moves the deadline and reads on.
+func TestLineReaderReadsOnAfterADeadline(t *testing.T) {
+	r := &steps{"a\nb", os.ErrDeadlineExceeded, "c\n"}
+	lr := newLineReader(r, 8, nil)
+	for i, want := range []struct {
+		line string
+		err  error
+	}{{"a", nil}, {"", os.ErrDeadlineExceeded}, {"bc", nil}, {"", io.EOF}} {
+		got, err := lr.readLine()
+		if string(got) != want.line || !errors.Is(err, want.err) {
+			t.Errorf("read %d = %q, %v; want %q, %v", i, got, err, want.line, want.err)
 		}
 	}
 }

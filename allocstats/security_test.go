@@ -347,6 +347,28 @@ func TestIdleTimeoutCountsOnlyAcceptedMessages(t *testing.T) {
 	})
 }
 
+// The read deadline lags behind the idle timeout by up to a second (it is
+// moved lazily); a connection that keeps sending accepted messages is
+// never closed for it, and an idle one still is.
+func TestALazyDeadlineNeverClosesAnActiveConnection(t *testing.T) {
+	ts := startServer(t, func(c *Config) { c.IdleTimeout = 150 * time.Millisecond })
+	c := dial(t, ts.path)
+	c.hello()
+	for i := 0; i < 20; i++ { // 1s of messages, 50ms apart
+		time.Sleep(50 * time.Millisecond)
+		c.send(statsLine(testUUID, uint64(i), ""))
+	}
+	// Every message was taken: the connection stayed open throughout.
+	eventually(t, "the 20 messages are applied", func() bool { return ts.messages(t, TypeStats, ResultOK) == 20 })
+	if got := counterValue(t, ts.srv.connectionsClosed.WithLabelValues(closeIdle)); got != 0 {
+		t.Fatalf("an active connection was closed as idle (%v)", got)
+	}
+	c.expectClosed(5 * time.Second)
+	eventually(t, "the idle close is counted", func() bool {
+		return counterValue(t, ts.srv.connectionsClosed.WithLabelValues(closeIdle)) == 1
+	})
+}
+
 func TestByteCountsAreClampedToTheDevicesMemory(t *testing.T) {
 	events := make(chan OOMEvent, 1)
 	ts := startServer(t, nil, func(s *Server) { s.store.OnOOM(func(ev OOMEvent) { events <- ev }) })
