@@ -313,6 +313,9 @@ func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, er
 		Fallback:            prometheus.Gatherers{reg, exp.Gatherer()},
 	}))
 	mux.Handle("/-/", healthMux)
+	if debugHandlers != nil {
+		debugHandlers(mux)
+	}
 	mux.Handle("/api/v1/oom-reports", reports)
 	mux.Handle("/", landing.New(landing.Config{
 		Name:        exporterName,
@@ -333,6 +336,10 @@ func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, er
 		close:          closeHealth,
 	}, nil
 }
+
+// debugHandlers adds handlers for profiling; set only in a build with
+// -tags pprof (pprof_build.go).
+var debugHandlers func(*http.ServeMux)
 
 // lookups asks each lookup in turn.
 type lookups []attribution.Lookup

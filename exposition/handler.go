@@ -10,6 +10,7 @@
 package exposition
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"net/http"
@@ -62,6 +63,8 @@ type Handler struct {
 	// gzips keeps compressors between scrapes (a sync.Pool loses them at
 	// every garbage collection, and each costs about 1 MB to make).
 	gzips chan *gzip.Writer
+	// buffers keeps body buffers between scrapes, likewise.
+	buffers chan *bytes.Buffer
 }
 
 // NewHandler returns the /metrics handler of text and others.
@@ -77,7 +80,9 @@ func NewHandler(text TextGatherer, others prometheus.Gatherer, opts Options) *Ha
 			MaxRequestsInFlight: opts.MaxRequestsInFlight,
 		})
 	}
-	h.gzips = make(chan *gzip.Writer, max(1, min(opts.MaxRequestsInFlight, 4)))
+	kept := max(1, min(opts.MaxRequestsInFlight, 4))
+	h.gzips = make(chan *gzip.Writer, kept)
+	h.buffers = make(chan *bytes.Buffer, kept)
 	return h
 }
 
@@ -107,27 +112,68 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	texts, others := h.gather()
+	// The body is rendered into a kept buffer, then written at once with
+	// its length: one write instead of a chunked one every 4 KiB.
+	buf := h.buffer()
+	defer h.keepBuffer(buf)
 	header := w.Header()
 	header.Set("Content-Type", string(format))
 	header.Add("Vary", "Accept-Encoding")
-	var out io.Writer = w
+	var body io.Writer = buf
+	var gz *gzip.Writer
 	if acceptsGzip(r.Header.Get("Accept-Encoding")) {
 		header.Set("Content-Encoding", "gzip")
-		gz := h.gzipWriter(w)
-		defer func() {
-			if err := gz.Close(); err != nil {
-				h.logf("error closing the gzip stream: %v", err)
-			}
-			gz.Reset(nil)
-			select {
-			case h.gzips <- gz:
-			default: // enough kept
-			}
-		}()
-		out = gz
+		gz = h.gzipWriter(buf)
+		defer h.keepGzip(gz)
+		body = gz
 	}
-	if err := write(out, texts, others); err != nil {
+	if err := write(body, texts, others); err != nil {
 		h.logf("error writing the metrics: %v", err)
+	}
+	if gz != nil {
+		if err := gz.Close(); err != nil {
+			h.logf("error closing the gzip stream: %v", err)
+		}
+	}
+	header.Set("Content-Length", strconv.Itoa(buf.Len()))
+	if _, err := w.Write(buf.Bytes()); err != nil {
+		h.logf("error writing the response: %v", err)
+	}
+}
+
+// buffer returns a kept body buffer, or a new one.
+func (h *Handler) buffer() *bytes.Buffer {
+	select {
+	case b := <-h.buffers:
+		return b
+	default:
+		return new(bytes.Buffer)
+	}
+}
+
+// keepBuffer keeps b for a later scrape, unless enough are kept or it
+// grew far past what a scrape needs (a one-off).
+func (h *Handler) keepBuffer(b *bytes.Buffer) {
+	if b.Cap() > maxKeptBuffer {
+		return
+	}
+	b.Reset()
+	select {
+	case h.buffers <- b:
+	default:
+	}
+}
+
+// maxKeptBuffer is the largest body buffer kept between scrapes: about
+// 20,000 per-process series.
+const maxKeptBuffer = 4 << 20
+
+// keepGzip keeps a compressor for a later scrape.
+func (h *Handler) keepGzip(gz *gzip.Writer) {
+	gz.Reset(nil)
+	select {
+	case h.gzips <- gz:
+	default: // enough kept
 	}
 }
 

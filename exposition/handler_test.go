@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -100,6 +101,28 @@ func TestHandlerServesWhatPromhttpWouldFromOneRegistry(t *testing.T) {
 			if g, w := got.Header.Get(k), want.Header.Get(k); g != w {
 				t.Errorf("Accept-Encoding %q: %s %q, want %q", accept, k, g, w)
 			}
+		}
+	}
+}
+
+// The body goes out in one write with its length, and a kept buffer or
+// compressor carries nothing into the next scrape: scrapes in turn, plain
+// and gzip, each serve the whole body once.
+func TestHandlerWritesTheLengthAndKeepsNothingBetweenScrapes(t *testing.T) {
+	text, others, both := fixture()
+	h := NewHandler(registryText{text}, others, Options{})
+	want := body(t, get(t, promhttp.HandlerFor(both, promhttp.HandlerOpts{}), nil))
+	for i, accept := range []string{"gzip", "", "gzip", "gzip", "", ""} {
+		req := httptest.NewRequest("GET", "/metrics", nil)
+		req.Header.Set("Accept-Encoding", accept)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		resp := rec.Result()
+		if got := resp.Header.Get("Content-Length"); got != strconv.Itoa(rec.Body.Len()) {
+			t.Errorf("scrape %d (%q): Content-Length %q for a body of %d bytes", i, accept, got, rec.Body.Len())
+		}
+		if got := body(t, resp); got != want {
+			t.Errorf("scrape %d (%q): body\n%s\nwant\n%s", i, accept, got, want)
 		}
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -131,5 +133,69 @@ func BenchmarkProcessCollector(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// The collector keeps its /proc files open and reads them from offset 0
+// each time: a second Collect sees new contents, a file longer than the
+// first buffer is read whole, and a file that went away is opened again
+// once it is back.
+func TestProcessCollectorRereadsKeptFiles(t *testing.T) {
+	dir := t.TempDir()
+	self := filepath.Join(dir, "self")
+	for _, d := range []string{filepath.Join(self, "fd"), filepath.Join(self, "net")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write := func(name, body string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(self, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stat := func(utime int) string {
+		return "42 (x) S 1 2 3 4 5 6 7 8 9 10 " + strconv.Itoa(utime) + " 0 0 0 20 0 8 0 100 4096 10 0\n"
+	}
+	// IpExt after 6 KiB of other lines: longer than the first buffer.
+	netstat := func(in int) string {
+		return "TcpExt: " + strings.Repeat("X", 6<<10) + "\nTcpExt: 0\nIpExt: InOctets OutOctets\nIpExt: " + strconv.Itoa(in) + " 7\n"
+	}
+	write("stat", stat(100))
+	write("limits", "Max open files 1024 1024 files\nMax address space unlimited unlimited bytes\n")
+	write("net/netstat", netstat(5))
+	if err := os.WriteFile(filepath.Join(dir, "stat"), []byte("btime 1700000000\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := &ProcessCollector{procPath: dir, pageSize: 4096}
+	get := func() map[string]*dto.MetricFamily {
+		t.Helper()
+		return gatherOne(t, c)
+	}
+	first := get()
+	if v := value(first["process_cpu_seconds_total"]); v != 1 {
+		t.Errorf("cpu = %v, want 1", v)
+	}
+	if v := value(first["process_network_receive_bytes_total"]); v != 5 {
+		t.Errorf("network in = %v, want 5 (IpExt past the first 4 KiB)", v)
+	}
+	write("stat", stat(250)) // the same file, new contents
+	write("net/netstat", netstat(9))
+	second := get()
+	if v := value(second["process_cpu_seconds_total"]); v != 2.5 {
+		t.Errorf("cpu after a change = %v, want 2.5", v)
+	}
+	if v := value(second["process_network_receive_bytes_total"]); v != 9 {
+		t.Errorf("network in after a change = %v, want 9", v)
+	}
+	if err := os.Remove(filepath.Join(self, "stat")); err != nil {
+		t.Fatal(err)
+	}
+	write("stat", stat(300)) // a new file: the kept one still reads the old
+	c.mu.Lock()
+	c.forget("stat") // as a failed read does
+	c.mu.Unlock()
+	if v := value(get()["process_cpu_seconds_total"]); v != 3 {
+		t.Errorf("cpu after reopening = %v, want 3", v)
 	}
 }

@@ -28,6 +28,7 @@ type ProcResolver struct {
 	refreshMu sync.Mutex // serialises Refresh
 	cache     atomic.Pointer[map[uint32]cacheEntry]
 	capWarned bool // guarded by refreshMu
+	maxCached int  // MaxCachedProcesses; smaller in tests
 }
 
 type cacheEntry struct {
@@ -49,9 +50,10 @@ func NewProcResolver(procPath string, pods PodLookup, logger log.Logger) *ProcRe
 		logger = log.NewNopLogger()
 	}
 	r := &ProcResolver{
-		procPath: procPath,
-		pods:     pods,
-		logger:   logger,
+		procPath:  procPath,
+		pods:      pods,
+		logger:    logger,
+		maxCached: MaxCachedProcesses,
 	}
 	empty := map[uint32]cacheEntry{}
 	r.cache.Store(&empty)
@@ -64,12 +66,12 @@ func (r *ProcResolver) Refresh(pids []uint32) {
 	r.refreshMu.Lock()
 	defer r.refreshMu.Unlock()
 
-	if len(pids) > MaxCachedProcesses {
+	if len(pids) > r.maxCached {
 		if !r.capWarned {
-			level.Warn(r.logger).Log("msg", "too many processes to resolve; resolving the first ones only", "processes", len(pids), "max", MaxCachedProcesses)
+			level.Warn(r.logger).Log("msg", "too many processes to resolve; resolving the first ones only", "processes", len(pids), "max", r.maxCached)
 			r.capWarned = true
 		}
-		pids = pids[:MaxCachedProcesses]
+		pids = pids[:r.maxCached]
 	}
 	old := *r.cache.Load()
 	next := make(map[uint32]cacheEntry, len(pids))

@@ -111,7 +111,7 @@ measure() {
 	done
 
 	section "$n: 100 sequential scrapes of each"
-	for what in plain gzip; do
+	for what in plain gzip keepalive gzip-keepalive; do
 		for e in ours peer; do
 			url=$OURS pid=$OURS_PID name=gpumem_exporter
 			[ $e = peer ] && url=$PEER pid=$PEER_PID name=nvidia_gpu_exporter

@@ -1,6 +1,9 @@
 """Measure an exporter process from outside, for compare_peers.sh.
 
-  peer_bench.py scrapes URL PID N [gzip]   N sequential scrapes: latency, CPU per scrape, RSS
+  peer_bench.py scrapes URL PID N [gzip|keepalive|gzip-keepalive]
+                                            N sequential scrapes: latency, CPU per scrape, RSS;
+                                            a new connection each (urllib), or one kept open
+                                            (keepalive: as Prometheus scrapes)
   peer_bench.py idle PID SECONDS            CPU of PID over SECONDS without scrapes
   peer_bench.py table RESULTS.jsonl         the comparison table, in Markdown
 
@@ -9,10 +12,12 @@ utime+stime (+ children) from /proc/PID/stat, in clock ticks of 10 ms, and
 the sum of /proc/PID/task/*/schedstat, in nanoseconds, where the kernel has
 it. Standard library only."""
 import glob
+import http.client
 import json
 import statistics
 import sys
 import time
+import urllib.parse
 import urllib.request
 
 TICK = 0.01  # seconds per clock tick: os.sysconf('SC_CLK_TCK') is 100 on Linux
@@ -33,9 +38,9 @@ def sched_ns(pid):
     return total or None
 
 
-def rss_mib(pid):
+def rss_mib(pid, field="VmRSS:"):
     for line in open("/proc/%d/status" % pid):
-        if line.startswith("VmRSS:"):
+        if line.startswith(field):
             return int(line.split()[1]) / 1024.0
     return 0.0
 
@@ -52,9 +57,21 @@ def delta_ms(before, after, n):
     return t, s
 
 
-def scrapes(url, pid, n, gzip):
+def scrapes(url, pid, n, gzip, keepalive=False):
     headers = {"Accept-Encoding": "gzip"} if gzip else {}
-    get = lambda: urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=30).read()
+    if keepalive:
+        u = urllib.parse.urlsplit(url)
+        conn = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
+
+        def get():
+            conn.request("GET", u.path or "/", headers=headers)
+            r = conn.getresponse()
+            body = r.read()
+            if r.status != 200:
+                raise RuntimeError("HTTP %d" % r.status)
+            return body
+    else:
+        get = lambda: urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=30).read()
     get()
     c0 = cpu(pid)
     times, size = [], 0
@@ -66,10 +83,11 @@ def scrapes(url, pid, n, gzip):
     times.sort()
     t, s = delta_ms(c0, c1, n)
     return {
-        "scrapes": n, "gzip": gzip, "bytes": size,
+        "scrapes": n, "gzip": gzip, "keepalive": keepalive, "bytes": size,
         "p50_ms": 1000 * statistics.median(times), "p90_ms": 1000 * times[int(0.9 * n) - 1],
         "p99_ms": 1000 * times[int(0.99 * n) - 1], "max_ms": 1000 * times[-1],
         "cpu_ms_per_scrape_ticks": t, "cpu_ms_per_scrape_sched": s, "rss_mib": rss_mib(pid),
+        "rss_anon_mib": rss_mib(pid, "RssAnon:"), "rss_file_mib": rss_mib(pid, "RssFile:"),
     }
 
 
@@ -105,7 +123,8 @@ def table(path):
 
     for procs in sorted({k[1] for k in r}):
         p = "%d process%s" % (procs, "" if procs == 1 else "es")
-        for what, label in (("plain", ""), ("gzip", ", gzip")):
+        for what, label in (("plain", ""), ("gzip", ", gzip"), ("keepalive", ", kept-alive connection"),
+                            ("gzip-keepalive", ", gzip, kept-alive connection")):
             line("%s%s: p50" % (p, label), "p50_ms", what, procs, " ms")
             line("%s%s: p99" % (p, label), "p99_ms", what, procs, " ms")
             line("%s%s: CPU per scrape (utime+stime)" % (p, label), "cpu_ms_per_scrape_ticks", what, procs, " ms")
@@ -120,7 +139,10 @@ def table(path):
 def main():
     cmd = sys.argv[1]
     if cmd == "scrapes":
-        res = scrapes(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), len(sys.argv) > 5 and sys.argv[5] == "gzip")
+        mode = sys.argv[5] if len(sys.argv) > 5 else "plain"
+        if mode not in ("plain", "gzip", "keepalive", "gzip-keepalive"):
+            sys.exit(__doc__)
+        res = scrapes(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), mode.startswith("gzip"), mode.endswith("keepalive"))
     elif cmd == "idle":
         res = idle(int(sys.argv[2]), float(sys.argv[3]))
     elif cmd == "table":
