@@ -174,8 +174,8 @@ type procEntry struct {
 	// still open. The entry is out of the index (no reader sees it, and a
 	// new process with the same pid gets an entry of its own), but its
 	// connections still apply the lines the process queued before it
-	// exited; the last one to close drops it (release). Set under the
-	// store's mu.
+	// exited; the last one to close drops it (release). Set under both
+	// the store's and the entry's mu.
 	exited atomic.Bool
 
 	// mu guards the fields below.
@@ -372,22 +372,23 @@ func (s *Store) Remove(pid uint32) {
 // dropLocked forgets e for good (its connections are closed) but leaves
 // the index to the caller.
 func (s *Store) dropLocked(e *procEntry) {
-	e.mu.Lock()
-	e.removed.Store(true)
-	e.mu.Unlock()
-	s.unindexLocked(e)
+	s.unindexLocked(e, &e.removed)
 }
 
 // exitLocked takes e, a process that exited with a connection still open,
 // out of procs and the process counts, but lets its connections feed it
 // until they close; the index is left to the caller.
 func (s *Store) exitLocked(e *procEntry) {
-	e.exited.Store(true)
-	s.unindexLocked(e)
+	s.unindexLocked(e, &e.exited)
 }
 
-func (s *Store) unindexLocked(e *procEntry) {
+// unindexLocked sets flag (removed or exited) and takes e's devices out
+// of the count in one hold of e.mu, so that a device added or dropped
+// meanwhile is counted once; then it takes e out of procs and the process
+// counts.
+func (s *Store) unindexLocked(e *procEntry, flag *atomic.Bool) {
 	e.mu.Lock()
+	flag.Store(true)
 	s.nDevices.Add(-int64(len(e.devices)))
 	e.mu.Unlock()
 	if s.procs[e.pid] == e {
