@@ -35,6 +35,11 @@ type connection struct {
 	// accepted message.
 	entry    *procEntry
 	welcomed bool
+	// lr reads the connection; aliveAt is lr.reads when the process was
+	// last found alive: the lines of that read and earlier ones were all
+	// written while it ran.
+	lr      *lineReader
+	aliveAt uint64
 	// draining: the process exited and the other end of the connection is
 	// closed; the lines still queued are applied until EOF.
 	draining bool
@@ -97,6 +102,7 @@ func (s *Server) handle(cs *connState, acceptedAt time.Duration) {
 func (cn *connection) serve() error {
 	s := cn.s
 	lr := newLineReader(cn.cs.c, s.cfg.MaxMessageBytes, s.budget)
+	cn.lr = lr
 	lr.onEvict = func() { cn.cs.closeFor(closeBufferBudget) }
 	defer lr.dropLine()
 	// The read deadline is the idle timeout from the last accepted
@@ -159,17 +165,23 @@ func (cn *connection) handleLine(line []byte) error {
 	}
 	// The connection speaks for its process only while that process runs:
 	// a descriptor kept after the process exited (and its pid reused)
-	// speaks for nobody. But the lines the process wrote just before it
-	// exited (often the stats and oom of the failure that ended it) may
-	// still be queued: once nobody can write on the connection any more
-	// (every holder of its other end closed it), what is queued is taken,
-	// into the entry the connection already feeds, until EOF.
-	if !cn.draining && !cn.peer.isAlive() {
-		if cn.entry == nil || !peerClosed(cn.cs.c) {
-			s.messages.WithLabelValues(msg.Type, ResultRejected).Inc()
-			return &errClose{closeProcessGone, fmt.Errorf("process %d exited; its connection is closed", cn.peer.id.PID)}
+	// speaks for nobody. The check is made once per read, after it: a
+	// process alive then was alive when every byte of that read was
+	// written. The lines the process wrote just before it exited (often
+	// the stats and oom of the failure that ended it) may still be queued:
+	// once nobody can write on the connection any more (every holder of
+	// its other end closed it), what is queued is taken, into the entry
+	// the connection already feeds, until EOF.
+	if !cn.draining && cn.lr.reads != cn.aliveAt {
+		if cn.peer.isAlive() {
+			cn.aliveAt = cn.lr.reads
+		} else {
+			if cn.entry == nil || !peerClosed(cn.cs.c) {
+				s.messages.WithLabelValues(msg.Type, ResultRejected).Inc()
+				return &errClose{closeProcessGone, fmt.Errorf("process %d exited; its connection is closed", cn.peer.id.PID)}
+			}
+			cn.draining = true
 		}
-		cn.draining = true
 	}
 	now := s.now()
 	switch msg.Type {

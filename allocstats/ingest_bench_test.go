@@ -14,6 +14,7 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+	"golang.org/x/sys/unix"
 )
 
 // benchUUIDs are the devices of the benchmark node: 8 GPUs.
@@ -47,7 +48,24 @@ func benchCounter(b *testing.B, s *Server, typ, result string) float64 {
 // messages accepted per second of wall time, from the first byte written
 // to the last line counted; cpu-ns/msg is the process's CPU time (server
 // and clients) per message. Every line must be counted ok.
+//
+// peer=fake: the peers' liveness is not checked; peer=pidfd: each line is
+// checked against a pidfd (of the benchmark's own process), as the daemon
+// does on Linux 6.5 and later.
 func BenchmarkIngestEndToEnd(b *testing.B) {
+	b.Run("peer=fake", func(b *testing.B) { benchIngest(b, nil) })
+	b.Run("peer=pidfd", func(b *testing.B) {
+		fd, err := unix.PidfdOpen(os.Getpid(), 0)
+		if err != nil {
+			b.Skipf("pidfd_open: %v", err)
+		}
+		p := &pidfd{fd: fd}
+		defer p.close()
+		benchIngest(b, p.alive)
+	})
+}
+
+func benchIngest(b *testing.B, alive func() bool) {
 	const clients = 200
 	dir, err := os.MkdirTemp("", "gsb")
 	if err != nil {
@@ -74,7 +92,7 @@ func BenchmarkIngestEndToEnd(b *testing.B) {
 	}
 	var nextPID atomic.Uint32
 	srv.identify = func(kernelConn, time.Duration) (*peer, error) {
-		return &peer{id: Identity{PID: 20000 + nextPID.Add(1), UID: 1000, StartTime: 1}}, nil
+		return &peer{id: Identity{PID: 20000 + nextPID.Add(1), UID: 1000, StartTime: 1}, alive: alive}, nil
 	}
 	if err := srv.Listen(); err != nil {
 		b.Fatal(err)

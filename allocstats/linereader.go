@@ -28,6 +28,9 @@ type lineReader struct {
 	line   []byte // an unfinished line carried over from earlier reads
 	done   bool   // line was returned: drop it at the next call
 	err    error  // sticky read error, returned once the data is used up
+	// reads counts the reads that returned data: every byte of a line
+	// returned was received by read number reads or earlier.
+	reads uint64
 
 	// Guarded by budget.mu.
 	charged int
@@ -82,6 +85,9 @@ func (lr *lineReader) readLine() ([]byte, error) {
 		}
 		n, err := lr.r.Read(lr.chunk)
 		lr.ce = n
+		if n > 0 {
+			lr.reads++
+		}
 		if err != nil {
 			if n == 0 && errors.Is(err, os.ErrDeadlineExceeded) {
 				// Not sticky, and an unfinished line is kept: the caller

@@ -185,11 +185,11 @@ func TestServerClosesTheConnectionOfAnExitedProcessAndDropsItsMessages(t *testin
 // EOF. No sleep races a timer: the test holds the reader at a gate.
 func TestServerAppliesTheLinesAnExitedProcessQueued(t *testing.T) {
 	const pid = 5002
-	var calls atomic.Int32
+	var armed, held atomic.Bool
 	var dead atomic.Bool
 	reached, gate := make(chan struct{}), make(chan struct{})
 	p := &peer{id: Identity{PID: pid, UID: 1000, StartTime: 7}, alive: func() bool {
-		if calls.Add(1) == 3 {
+		if armed.Load() && !held.Swap(true) {
 			close(reached)
 			<-gate
 		}
@@ -201,7 +201,8 @@ func TestServerAppliesTheLinesAnExitedProcessQueued(t *testing.T) {
 	})
 	c := dial(t, ts.path)
 	c.send(statsLine(testUUID, 1, ""))
-	c.hello() // calls 1 and 2: the connection is bound to the process
+	c.hello() // the connection is bound to the process
+	armed.Store(true)
 	c.send(statsLine(testUUID, 2, ""))
 	<-reached // the reader holds the line of reserved 2
 	c.send(statsLine(testUUID, 3, `,"ooms":1`),
@@ -230,6 +231,27 @@ func TestServerAppliesTheLinesAnExitedProcessQueued(t *testing.T) {
 	}
 	if e := ts.srv.store; len(e.PIDs()) != 0 {
 		t.Errorf("pids after the drain: %v", e.PIDs())
+	}
+}
+
+// The process's liveness is asked once per read of the socket, after it:
+// alive then, it was alive when every line of that read was written. Ten
+// lines written at once (one read) cost one check.
+func TestLivenessIsCheckedOncePerRead(t *testing.T) {
+	var calls atomic.Int32
+	p := &peer{id: Identity{PID: 5003, UID: 1000, StartTime: 7}, alive: func() bool { calls.Add(1); return true }}
+	ts := startServer(t, nil, fakePeers(p))
+	c := dial(t, ts.path)
+	c.hello()
+	before := calls.Load()
+	var batch strings.Builder
+	for i := 0; i < 10; i++ {
+		batch.WriteString(statsLine(testUUID, uint64(i), "") + "\n")
+	}
+	c.write(batch.String())
+	eventually(t, "the ten lines are applied", func() bool { return ts.messages(t, TypeStats, ResultOK) == 10 })
+	if n := calls.Load() - before; n != 1 {
+		t.Errorf("liveness asked %d times for one read of ten lines, want 1", n)
 	}
 }
 
