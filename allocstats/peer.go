@@ -36,8 +36,10 @@ var (
 // peer is who is at the other end of a connection.
 type peer struct {
 	id Identity
-	// alive reports whether the process id still runs. It is called for
-	// every message; nil means always.
+	// alive reports whether the process id still runs. It is called after
+	// each read of the connection that brings a line (one answer covers
+	// every line of that read: they were written before it); nil means
+	// always.
 	alive func() bool
 	// release frees what alive needs (the pidfd); nil when nothing.
 	release func()
