@@ -49,23 +49,34 @@ func benchCounter(b *testing.B, s *Server, typ, result string) float64 {
 // to the last line counted; cpu-ns/msg is the process's CPU time (server
 // and clients) per message. Every line must be counted ok.
 //
-// peer=fake: the peers' liveness is not checked; peer=pidfd: each line is
+// peer=fake: the peers' liveness is not checked; peer=pidfd: it is
 // checked against a pidfd (of the benchmark's own process), as the daemon
-// does on Linux 6.5 and later.
+// does on Linux 6.5 and later. lines-per-write=64: each client writes 64
+// lines at once; =1: a line a write, as the Python client sends them.
 func BenchmarkIngestEndToEnd(b *testing.B) {
-	b.Run("peer=fake", func(b *testing.B) { benchIngest(b, nil) })
-	b.Run("peer=pidfd", func(b *testing.B) {
-		fd, err := unix.PidfdOpen(os.Getpid(), 0)
-		if err != nil {
-			b.Skipf("pidfd_open: %v", err)
+	for _, peerKind := range []string{"fake", "pidfd"} {
+		for _, perWrite := range []int{64, 1} {
+			if peerKind == "fake" && perWrite == 1 {
+				continue
+			}
+			b.Run(fmt.Sprintf("peer=%s/lines-per-write=%d", peerKind, perWrite), func(b *testing.B) {
+				var alive func() bool
+				if peerKind == "pidfd" {
+					fd, err := unix.PidfdOpen(os.Getpid(), 0)
+					if err != nil {
+						b.Skipf("pidfd_open: %v", err)
+					}
+					p := &pidfd{fd: fd}
+					defer p.close()
+					alive = p.alive
+				}
+				benchIngest(b, alive, perWrite)
+			})
 		}
-		p := &pidfd{fd: fd}
-		defer p.close()
-		benchIngest(b, p.alive)
-	})
+	}
 }
 
-func benchIngest(b *testing.B, alive func() bool) {
+func benchIngest(b *testing.B, alive func() bool, perWrite int) {
 	const clients = 200
 	dir, err := os.MkdirTemp("", "gsb")
 	if err != nil {
@@ -162,9 +173,13 @@ func benchIngest(b *testing.B, alive func() bool) {
 		go func() {
 			defer wg.Done()
 			ends := lineStarts(i)
-			for share > 0 {
-				k := min(share, distinct)
-				if _, err := c.Write(lines[i][:ends[k-1]]); err != nil {
+			for j := 0; share > 0; j = (j + perWrite) % distinct {
+				k := min(share, perWrite, distinct-j)
+				from := 0
+				if j > 0 {
+					from = ends[j-1]
+				}
+				if _, err := c.Write(lines[i][from:ends[j+k-1]]); err != nil {
 					b.Error(err)
 					return
 				}
