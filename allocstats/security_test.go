@@ -373,15 +373,15 @@ func TestIdleTimeoutCountsOnlyAcceptedMessages(t *testing.T) {
 // moved lazily); a connection that keeps sending accepted messages is
 // never closed for it, and an idle one still is.
 func TestALazyDeadlineNeverClosesAnActiveConnection(t *testing.T) {
-	ts := startServer(t, func(c *Config) { c.IdleTimeout = 150 * time.Millisecond })
+	ts := startServer(t, func(c *Config) { c.IdleTimeout = 400 * time.Millisecond })
 	c := dial(t, ts.path)
 	c.hello()
-	for i := 0; i < 20; i++ { // 1s of messages, 50ms apart
+	for i := 0; i < 30; i++ { // 1.5s of messages, 50ms apart
 		time.Sleep(50 * time.Millisecond)
 		c.send(statsLine(testUUID, uint64(i), ""))
 	}
 	// Every message was taken: the connection stayed open throughout.
-	eventually(t, "the 20 messages are applied", func() bool { return ts.messages(t, TypeStats, ResultOK) == 20 })
+	eventually(t, "the 30 messages are applied", func() bool { return ts.messages(t, TypeStats, ResultOK) == 30 })
 	if got := counterValue(t, ts.srv.connectionsClosed.WithLabelValues(closeIdle)); got != 0 {
 		t.Fatalf("an active connection was closed as idle (%v)", got)
 	}
