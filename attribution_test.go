@@ -19,12 +19,11 @@ import (
 	"time"
 
 	clientmodel "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/gpumem/gpumem_exporter/internal/exportertest"
 	"github.com/gpumem/gpumem_exporter/simulate"
 )
 
@@ -100,7 +99,7 @@ type attrChild struct {
 	name     string
 	cmd      *exec.Cmd
 	stdin    io.WriteCloser
-	out      *syncBuffer
+	out      *exportertest.SyncBuffer
 	waitOnce sync.Once
 	waitErr  error
 }
@@ -108,14 +107,12 @@ type attrChild struct {
 // startAttrChild starts a client that waits for "go" before connecting.
 func startAttrChild(t *testing.T, name, socket string, reserved, active uint64) *attrChild {
 	t.Helper()
-	cmd := exec.Command(binary)
-	cmd.Env = append(os.Environ(),
-		roleEnv+"=client",
+	cmd := roleCommand("client", nil,
 		"GPUMEM_SOCKET="+socket,
 		"GPUMEM_TEST_RESERVED="+strconv.FormatUint(reserved, 10),
 		"GPUMEM_TEST_ACTIVE="+strconv.FormatUint(active, 10),
 	)
-	c := &attrChild{name: name, cmd: cmd, out: &syncBuffer{}}
+	c := &attrChild{name: name, cmd: cmd, out: &exportertest.SyncBuffer{}}
 	cmd.Stdout, cmd.Stderr = c.out, c.out
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -144,12 +141,8 @@ func (c *attrChild) goAndWait(t *testing.T) {
 	if _, err := io.WriteString(c.stdin, "go\n"); err != nil {
 		t.Fatalf("client %s: %v", c.name, err)
 	}
-	deadline := time.Now().Add(attrClientTimeout)
-	for !strings.Contains(c.out.String(), "ready\n") {
-		if time.Now().After(deadline) {
-			t.Fatalf("client %s did not connect and report within %s; output:\n%s", c.name, attrClientTimeout, c.out.String())
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !exportertest.Within(attrClientTimeout, func() bool { return strings.Contains(c.out.String(), "ready\n") }) {
+		t.Fatalf("client %s did not connect and report within %s; output:\n%s", c.name, attrClientTimeout, c.out.String())
 	}
 }
 
@@ -379,18 +372,13 @@ users:
 }
 
 // attrScrape parses one /metrics scrape.
-func attrScrape(t *testing.T, e *exporter) (map[string]*clientmodel.MetricFamily, error) {
+func attrScrape(t *testing.T, e *exportertest.Exporter) (map[string]*clientmodel.MetricFamily, error) {
 	t.Helper()
-	code, body := e.get(t, "/metrics")
+	code, body := e.Get(t, "/metrics")
 	if code != http.StatusOK {
 		return nil, fmt.Errorf("/metrics = %d: %.200s", code, body)
 	}
-	parser := expfmt.NewTextParser(model.LegacyValidation)
-	fams, err := parser.TextToMetricFamilies(strings.NewReader(body))
-	if err != nil {
-		return nil, fmt.Errorf("parsing /metrics: %w", err)
-	}
-	return fams, nil
+	return exportertest.Families(body)
 }
 
 func attrLabels(m *clientmodel.Metric) map[string]string {
@@ -516,25 +504,22 @@ func attrGauge(fams map[string]*clientmodel.MetricFamily, name string) (float64,
 
 // attrWaitFor scrapes until check finds no problem, or fails the test
 // with the last problems.
-func attrWaitFor(t *testing.T, e *exporter, what string, check func(map[string]*clientmodel.MetricFamily) []string) map[string]*clientmodel.MetricFamily {
+func attrWaitFor(t *testing.T, e *exportertest.Exporter, what string, check func(map[string]*clientmodel.MetricFamily) []string) map[string]*clientmodel.MetricFamily {
 	t.Helper()
-	deadline := time.Now().Add(attrScrapeTimeout)
-	for {
-		fams, err := attrScrape(t, e)
-		var problems []string
-		if err != nil {
+	var fams map[string]*clientmodel.MetricFamily
+	var problems []string
+	if !exportertest.Within(attrScrapeTimeout, func() bool {
+		var err error
+		if fams, err = attrScrape(t, e); err != nil {
 			problems = []string{err.Error()}
 		} else {
 			problems = check(fams)
 		}
-		if len(problems) == 0 {
-			return fams
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s:\n%s", what, attrScrapeTimeout, strings.Join(problems, "\n"))
-		}
-		time.Sleep(100 * time.Millisecond)
+		return len(problems) == 0
+	}) {
+		t.Fatalf("%s: not within %s:\n%s", what, attrScrapeTimeout, strings.Join(problems, "\n"))
 	}
+	return fams
 }
 
 // TestProcessesAreAttributedToTheirPods runs three instrumented processes
@@ -544,6 +529,7 @@ func attrWaitFor(t *testing.T, e *exporter, what string, check func(map[string]*
 // procfs, their pods from a test API server. Each is attributed on its
 // own; a process that exits, or whose pid is reused, loses its series.
 func TestProcessesAreAttributedToTheirPods(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name      string
 		watchList bool
@@ -551,7 +537,10 @@ func TestProcessesAreAttributedToTheirPods(t *testing.T) {
 		{"watch-list", true},
 		{"list-then-watch", false},
 	} {
-		t.Run(tc.name, func(t *testing.T) { testAttribution(t, tc.watchList) })
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			testAttribution(t, tc.watchList)
+		})
 	}
 }
 
@@ -566,11 +555,11 @@ func testAttribution(t *testing.T, watchList bool) {
 		"--kubernetes.kubeconfig="+writeKubeconfig(t, api.URL),
 		"--kubernetes.node-name="+attrNode,
 	)
-	e.waitReady(t) // the daemon accepts stats only for devices NVML listed
+	e.WaitReady(t) // the daemon accepts stats only for devices NVML listed
 
-	a := startAttrChild(t, "A", e.socket, 8*attrGiB, 6*attrGiB)
-	b := startAttrChild(t, "B", e.socket, 4*attrGiB, 1*attrGiB)
-	c := startAttrChild(t, "C", e.socket, 2*attrGiB, 2*attrGiB)
+	a := startAttrChild(t, "A", e.Socket, 8*attrGiB, 6*attrGiB)
+	b := startAttrChild(t, "B", e.Socket, 4*attrGiB, 1*attrGiB)
+	c := startAttrChild(t, "C", e.Socket, 2*attrGiB, 2*attrGiB)
 	fixtures := map[*attrChild]attrProc{
 		// containerd, systemd cgroup driver, cgroup v2: the kubelet writes
 		// the pod UID's dashes as underscores in the slice name.
@@ -636,7 +625,7 @@ func testAttribution(t *testing.T, watchList bool) {
 	})
 
 	api.check(t)
-	for _, line := range strings.Split(e.log.String(), "\n") {
+	for _, line := range strings.Split(e.Log.String(), "\n") {
 		if strings.Contains(line, "level=error") {
 			t.Errorf("exporter logged an error: %s", line)
 		}

@@ -8,11 +8,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gpumem/gpumem_exporter/internal/exportertest"
 )
 
 // Every bad flag value gives one line naming the flag, exit status 2, and
 // leaves nothing behind: no socket, no directory.
 func TestBadFlagValuesNameTheFlagAndLeaveNothing(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		arg, flag string
 	}{
@@ -33,7 +36,8 @@ func TestBadFlagValuesNameTheFlagAndLeaveNothing(t *testing.T) {
 		{"--nvml.backend=cuda", "nvml.backend"},
 	} {
 		t.Run(tc.arg, func(t *testing.T) {
-			dir := shortTempDir(t)
+			t.Parallel()
+			dir := exportertest.ShortTempDir(t)
 			socket := filepath.Join(dir, "sub", "a.sock")
 			cmd := exporterCommand("--nvml.backend=simulated", "--web.listen-address=127.0.0.1:0", "--allocstats.socket="+socket, tc.arg)
 			out, err := cmd.CombinedOutput()
@@ -54,13 +58,14 @@ func TestBadFlagValuesNameTheFlagAndLeaveNothing(t *testing.T) {
 
 // A listen address in use is found before the socket or NVML is touched.
 func TestPortInUseFailsBeforeTheSocketIsCreated(t *testing.T) {
+	t.Parallel()
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer busy.Close()
 	for _, addr := range []string{busy.Addr().String(), ":notaport"} {
-		dir := shortTempDir(t)
+		dir := exportertest.ShortTempDir(t)
 		socket := filepath.Join(dir, "a.sock")
 		out, err := exporterCommand("--nvml.backend=simulated", "--web.listen-address="+addr, "--allocstats.socket="+socket).CombinedOutput()
 		if err == nil {

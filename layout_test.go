@@ -15,6 +15,7 @@ const module = "github.com/gpumem/gpumem_exporter/"
 // The data flow is sources -> one join -> readers -> main. A source never
 // imports another source, and nothing imports upward.
 func TestPackagesFollowTheDataFlow(t *testing.T) {
+	t.Parallel()
 	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, "./...").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, out)
@@ -58,6 +59,7 @@ func TestPackagesFollowTheDataFlow(t *testing.T) {
 // Every exporter flag that a deployment file passes exists, checked
 // against the binary's own --help-long.
 func TestDeployedFlagsExist(t *testing.T) {
+	t.Parallel()
 	out, err := exporterCommand("--help-long").CombinedOutput()
 	if err != nil {
 		t.Fatalf("--help-long: %v\n%s", err, out)

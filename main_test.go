@@ -22,32 +22,26 @@ import (
 	"regexp"
 	"sort"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
+	dto "github.com/prometheus/client_model/go"
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/gpumem/gpumem_exporter/internal/doccheck"
+	"github.com/gpumem/gpumem_exporter/internal/exportertest"
 )
 
 // End-to-end tests: they run the exporter as its own process, in
 // simulated mode. The process is this test binary re-executed with
 // roleEnv=exporter, which runs main() instead of the tests (no separate
 // build: the binary is already compiled, with the same flags as the tests).
+// The attacks of docs/security.md run against the built binary in attack/.
 
 // roleEnv tells a re-executed test binary what to be: "exporter" (main)
 // or "client" (an instrumented process, attribution_test.go).
 const roleEnv = "GPUMEM_TEST_ROLE"
-
-// extraRoles are further roles, registered by other test files' init
-// (security_test.go); each returns the exit status.
-var extraRoles = map[string]func() int{}
-
-var binary string
 
 func TestMain(m *testing.M) {
 	switch os.Getenv(roleEnv) {
@@ -62,226 +56,112 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	if run, ok := extraRoles[os.Getenv(roleEnv)]; ok {
-		os.Exit(run())
-	}
-	binary = os.Args[0]
 	os.Exit(m.Run())
+}
+
+// roleCommand is this test binary re-executed as role, with args.
+func roleCommand(role string, args []string, env ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = exportertest.ChildEnv(append([]string{roleEnv + "=" + role}, env...)...)
+	return cmd
 }
 
 // exporterCommand is the exporter run with args.
 func exporterCommand(args ...string) *exec.Cmd {
-	cmd := exec.Command(binary, args...)
-	cmd.Env = append(os.Environ(), roleEnv+"=exporter")
-	return cmd
+	return roleCommand("exporter", args)
 }
 
-type exporter struct {
-	cmd    *exec.Cmd
-	addr   string
-	socket string
-	log    *syncBuffer
-	scheme string
-	client *http.Client
-	user   string
-	pass   string
-}
-
-// syncBuffer collects the exporter's output while tests read it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func freePort(t *testing.T) string {
+// startExporter runs the exporter (exportertest.Start) until the test ends.
+func startExporter(t *testing.T, args ...string) *exportertest.Exporter {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	return exportertest.Start(t, exporterCommand, args...)
+}
+
+// scrape parses one /metrics scrape, failing the test if it cannot.
+func scrape(t *testing.T, e *exportertest.Exporter) (string, map[string]*dto.MetricFamily) {
+	t.Helper()
+	body := e.Scrape(t)
+	fams, err := exportertest.Families(body)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return body, fams
 }
 
-// shortTempDir keeps Unix socket paths under the 108-byte limit.
-func shortTempDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "ge")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
-
-func startExporter(t *testing.T, args ...string) *exporter {
-	t.Helper()
-	e := &exporter{addr: freePort(t), socket: filepath.Join(shortTempDir(t), "a.sock"), log: &syncBuffer{}, scheme: "http", client: http.DefaultClient}
-	base := []string{
-		"--web.listen-address=" + e.addr,
-		"--nvml.poll-interval=100ms",
-		"--allocstats.socket=" + e.socket,
-	}
-	if !strings.Contains(strings.Join(args, " "), "--nvml.backend=") {
-		// The mix at 60x: an hour of workloads (leaks, OOMs, exits) a minute.
-		base = append(base, "--nvml.backend=simulated", "--nvml.simulated.speed=60")
-	}
-	args = append(base, args...)
-	e.cmd = exporterCommand(args...)
-	e.cmd.Stdout = e.log
-	e.cmd.Stderr = e.log
-	if err := e.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		e.cmd.Process.Signal(os.Interrupt)
-		done := make(chan error, 1)
-		go func() { done <- e.cmd.Wait() }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			e.cmd.Process.Kill()
-			t.Errorf("exporter did not stop within 5s of SIGINT")
-		}
-		if t.Failed() {
-			t.Logf("exporter log:\n%s", e.log.String())
-		}
-	})
-	return e
-}
-
-func (e *exporter) get(t *testing.T, path string) (int, string) {
-	t.Helper()
-	req, _ := http.NewRequest("GET", e.scheme+"://"+e.addr+path, nil)
-	if e.user != "" {
-		req.SetBasicAuth(e.user, e.pass)
-	}
-	resp, err := e.client.Do(req)
-	if err != nil {
-		return 0, err.Error()
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body)
-}
-
-// within polls cond until it holds or timeout passes, and says which.
-func within(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return true
-}
-
-// eventually fails the test when cond does not hold within timeout.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	if !within(timeout, cond) {
-		t.Fatalf("no %s within %s", what, timeout)
-	}
-}
-
-func (e *exporter) waitReady(t *testing.T) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		if code, _ := e.get(t, "/-/ready"); code == 200 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("exporter not ready after 15s; log:\n%s", e.log.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func parseMetrics(t *testing.T, body string) map[string]*dto {
-	t.Helper()
-	parser := expfmt.NewTextParser(model.LegacyValidation)
-	fams, err := parser.TextToMetricFamilies(strings.NewReader(body))
-	if err != nil {
-		t.Fatalf("parsing /metrics: %v", err)
-	}
-	out := map[string]*dto{}
-	for name, f := range fams {
-		out[name] = &dto{f.GetType().String(), len(f.GetMetric())}
-	}
-	return out
-}
-
-type dto struct {
-	typ   string
-	count int
-}
-
+// TestSimulatedExporterServesEveryMetric: every metric of docs/metrics.md
+// (but the Kubernetes ones) is served while the simulated node runs its
+// script, OOMs included, and a scrape with an OOM passes promtool.
 func TestSimulatedExporterServesEveryMetric(t *testing.T) {
-	e := startExporter(t)
-	e.waitReady(t)
-	// Let the script run long enough for processes to exit and OOM.
-	var body string
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		_, body = e.get(t, "/metrics")
-		if strings.Contains(body, "gpumem_allocator_last_oom_request_bytes{") || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	fams := parseMetrics(t, body)
+	t.Parallel()
+	// At 300x the mix's first OOM comes after about 2 s.
+	e := startExporter(t, "--nvml.simulated.speed=300")
+	e.WaitReady(t)
+	var want []string
 	for _, name := range documentedMetrics(t) {
-		if strings.HasPrefix(name, "gpumem_kubernetes_") {
-			continue // only with Kubernetes attribution on
-		}
-		if _, ok := fams[name]; !ok {
-			t.Errorf("documented metric %s missing from a simulated scrape", name)
+		if !strings.HasPrefix(name, "gpumem_kubernetes_") { // only with Kubernetes attribution on
+			want = append(want, name)
 		}
 	}
-	if f := fams["gpumem_gpu_memory_total_bytes"]; f == nil || f.count != 8 {
-		t.Errorf("gpumem_gpu_memory_total_bytes series = %+v, want 8", f)
+	// Processes come, go and OOM: a family counts once any scrape had it.
+	seen := map[string]bool{}
+	var withOOM string
+	missing := func() []string {
+		var out []string
+		for _, name := range want {
+			if !seen[name] {
+				out = append(out, name)
+			}
+		}
+		return out
 	}
-	if !regexp.MustCompile(`gpumem_nvml_up 1\b`).MatchString(body) {
+	if !exportertest.Within(30*time.Second, func() bool {
+		body, fams := scrape(t, e)
+		for name := range fams {
+			seen[name] = true
+		}
+		if strings.Contains(body, "gpumem_allocator_last_oom_request_bytes{") {
+			withOOM = body
+		}
+		return withOOM != "" && len(missing()) == 0
+	}) {
+		t.Fatalf("documented metrics missing from every simulated scrape in 30 s (an OOM seen: %v): %v", withOOM != "", missing())
+	}
+	_, fams := scrape(t, e)
+	if f := fams["gpumem_gpu_memory_total_bytes"]; len(f.GetMetric()) != 8 {
+		t.Errorf("gpumem_gpu_memory_total_bytes has %d series, want 8", len(f.GetMetric()))
+	}
+	if !regexp.MustCompile(`gpumem_nvml_up 1\b`).MatchString(withOOM) {
 		t.Error("gpumem_nvml_up is not 1 in simulated mode")
 	}
-	if !regexp.MustCompile(`gpumem_gpu_memory_unattributed_bytes\{gpu="7",uuid="[^"]+"\} [1-9]`).MatchString(body) {
+	if !regexp.MustCompile(`gpumem_gpu_memory_unattributed_bytes\{gpu="7",uuid="[^"]+"\} [1-9]`).MatchString(withOOM) {
 		t.Error("simulated GPU 7 (the mix puts 3 GiB of unlisted memory there) has no unattributed memory")
 	}
-	promtoolCheck(t, body)
+	promtoolCheck(t, withOOM)
 }
 
 func TestMetricsDocMatchesExporter(t *testing.T) {
+	t.Parallel()
 	e := startExporter(t)
-	e.waitReady(t)
+	e.WaitReady(t)
 	var body string
-	eventually(t, 10*time.Second, "a scrape with allocator series", func() bool {
-		_, body = e.get(t, "/metrics")
+	exportertest.Eventually(t, 10*time.Second, "a scrape with allocator series", func() bool {
+		body = e.Scrape(t)
 		return strings.Contains(body, "gpumem_allocator_reserved_bytes{")
 	})
 	documented := map[string]bool{}
 	for _, n := range documentedMetrics(t) {
 		documented[n] = true
 	}
-	served := servedLabels(t, body)
-	for name := range parseMetrics(t, body) {
+	fams, err := exportertest.Families(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name := range fams {
 		if strings.HasPrefix(name, "gpumem_") && !documented[name] {
 			t.Errorf("metric %s is served but not in docs/metrics.md", name)
 		}
 	}
+	served := servedLabels(fams)
 	for name, want := range documentedLabels(t) {
 		got, ok := served[name]
 		if !ok {
@@ -294,13 +174,7 @@ func TestMetricsDocMatchesExporter(t *testing.T) {
 }
 
 // servedLabels maps each metric family to its sorted label names.
-func servedLabels(t *testing.T, body string) map[string]string {
-	t.Helper()
-	parser := expfmt.NewTextParser(model.LegacyValidation)
-	fams, err := parser.TextToMetricFamilies(strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
+func servedLabels(fams map[string]*dto.MetricFamily) map[string]string {
 	out := map[string]string{}
 	for name, f := range fams {
 		set := map[string]bool{}
@@ -344,12 +218,13 @@ func promtoolCheck(t *testing.T, body string) {
 }
 
 func TestReadinessLandingPageAndHealth(t *testing.T) {
+	t.Parallel()
 	e := startExporter(t)
-	e.waitReady(t)
-	if code, body := e.get(t, "/-/healthy"); code != 200 || !strings.Contains(body, "Healthy") {
+	e.WaitReady(t)
+	if code, body := e.Get(t, "/-/healthy"); code != 200 || !strings.Contains(body, "Healthy") {
 		t.Errorf("/-/healthy = %d %q", code, body)
 	}
-	code, body := e.get(t, "/")
+	code, body := e.Get(t, "/")
 	if code != 200 {
 		t.Fatalf("/ = %d", code)
 	}
@@ -358,10 +233,10 @@ func TestReadinessLandingPageAndHealth(t *testing.T) {
 			t.Errorf("landing page lacks %q", want)
 		}
 	}
-	if code, _ := e.get(t, "/nope"); code != 404 {
+	if code, _ := e.Get(t, "/nope"); code != 404 {
 		t.Errorf("/nope = %d, want 404", code)
 	}
-	code, body = e.get(t, "/api/v1/oom-reports")
+	code, body = e.Get(t, "/api/v1/oom-reports")
 	var reports struct {
 		Reports []json.RawMessage `json:"reports"`
 	}
@@ -371,58 +246,48 @@ func TestReadinessLandingPageAndHealth(t *testing.T) {
 }
 
 func TestNotReadyBeforeTheFirstPoll(t *testing.T) {
+	t.Parallel()
 	// The real backend on a machine without a driver: NVML never comes up,
 	// the exporter serves gpumem_nvml_up 0 and says it is not ready.
 	if _, err := os.Stat("/dev/nvidiactl"); err == nil {
 		t.Skip("this machine has an NVIDIA driver")
 	}
 	e := startExporter(t, "--nvml.backend=nvml")
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		code, body := e.get(t, "/metrics")
-		if code == 200 && strings.Contains(body, "gpumem_nvml_up 0") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no gpumem_nvml_up 0 within 10s: %d %s", code, body)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if code, _ := e.get(t, "/-/ready"); code != http.StatusServiceUnavailable {
+	exportertest.Eventually(t, 10*time.Second, "gpumem_nvml_up 0", func() bool {
+		code, body := e.Get(t, "/metrics")
+		return code == 200 && strings.Contains(body, "gpumem_nvml_up 0")
+	})
+	if code, _ := e.Get(t, "/-/ready"); code != http.StatusServiceUnavailable {
 		t.Errorf("/-/ready without NVML = %d, want 503", code)
 	}
-	if n := strings.Count(e.log.String(), "NVML unavailable"); n != 1 {
+	if n := strings.Count(e.Log.String(), "NVML unavailable"); n != 1 {
 		t.Errorf("logged the missing driver %d times, want once", n)
 	}
 }
 
 func TestScrapesLeakNoFileDescriptors(t *testing.T) {
+	t.Parallel()
 	e := startExporter(t)
-	e.waitReady(t)
-	fds := func() int {
-		ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", e.cmd.Process.Pid))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return len(ents)
-	}
+	e.WaitReady(t)
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-	e.client = client
+	e.Client = client
 	for i := 0; i < 10; i++ {
-		e.get(t, "/metrics")
+		e.Get(t, "/metrics")
 	}
-	before := fds()
-	for i := 0; i < 200; i++ {
-		e.get(t, "/metrics")
-		e.get(t, "/")
+	before := e.FDs(t)
+	// A descriptor leaked per request (or per 50) shows in 200 requests.
+	for i := 0; i < 100; i++ {
+		e.Get(t, "/metrics")
+		e.Get(t, "/")
 	}
 	var after int
-	if !within(5*time.Second, func() bool { after = fds(); return after <= before+2 }) {
-		t.Errorf("open fds grew from %d to %d over 400 requests", before, after)
+	if !exportertest.Within(5*time.Second, func() bool { after = e.FDs(t); return after <= before+2 }) {
+		t.Errorf("open fds grew from %d to %d over 200 requests", before, after)
 	}
 }
 
 func TestTLSAndBasicAuth(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	certPEM, keyPEM := selfSigned(t)
 	os.WriteFile(filepath.Join(dir, "cert.pem"), certPEM, 0o600)
@@ -435,20 +300,20 @@ func TestTLSAndBasicAuth(t *testing.T) {
 	e := startExporter(t, "--web.config.file="+filepath.Join(dir, "web.yml"))
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(certPEM)
-	e.scheme = "https"
-	e.client = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "localhost"}}}
-	e.user, e.pass = "alice", "s3cret"
-	e.waitReady(t)
-	if code, body := e.get(t, "/metrics"); code != 200 || !strings.Contains(body, "gpumem_gpu_info") {
+	e.Scheme = "https"
+	e.Client = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "localhost"}}}
+	e.User, e.Pass = "alice", "s3cret"
+	e.WaitReady(t)
+	if code, body := e.Get(t, "/metrics"); code != 200 || !strings.Contains(body, "gpumem_gpu_info") {
 		t.Errorf("authorised TLS scrape = %d", code)
 	}
-	e.pass = "wrong"
-	if code, _ := e.get(t, "/metrics"); code != http.StatusUnauthorized {
+	e.Pass = "wrong"
+	if code, _ := e.Get(t, "/metrics"); code != http.StatusUnauthorized {
 		t.Errorf("wrong password = %d, want 401", code)
 	}
-	e.scheme, e.user = "http", ""
-	e.client = http.DefaultClient
-	if code, _ := e.get(t, "/metrics"); code == 200 {
+	e.Scheme, e.User = "http", ""
+	e.Client = http.DefaultClient
+	if code, _ := e.Get(t, "/metrics"); code == 200 {
 		t.Error("plain HTTP scrape succeeded against a TLS listener")
 	}
 }
@@ -476,9 +341,10 @@ func selfSigned(t *testing.T) (certPEM, keyPEM []byte) {
 // TestProtocolBlackBox speaks wire protocol v1 (docs/protocol.md) to the
 // simulated daemon as a client would, and reads the result in /metrics.
 func TestProtocolBlackBox(t *testing.T) {
+	t.Parallel()
 	e := startExporter(t)
-	e.waitReady(t)
-	conn, err := net.Dial("unix", e.socket)
+	e.WaitReady(t)
+	conn, err := net.Dial("unix", e.Socket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -515,26 +381,15 @@ func TestProtocolBlackBox(t *testing.T) {
 		`gpumem_allocator_ooms_total{comm="%s",container="",gpu="6",namespace="",pid="` + pid + `",pod="",uuid="GPU-5f0e3c1a-7b2d-4e89-a1c3-000000000006"} 1`,
 	}
 	comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", os.Getpid()))
+	for i := range want {
+		want[i] = fmt.Sprintf(want[i], strings.TrimSpace(string(comm)))
+	}
 	var body string
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		_, body = e.get(t, "/metrics")
-		ok := true
-		for _, w := range want {
-			ok = ok && strings.Contains(body, fmt.Sprintf(w, strings.TrimSpace(string(comm))))
-		}
-		if ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			for _, w := range want {
-				if !strings.Contains(body, fmt.Sprintf(w, strings.TrimSpace(string(comm)))) {
-					t.Errorf("missing %s", fmt.Sprintf(w, strings.TrimSpace(string(comm))))
-				}
-			}
-			t.FailNow()
-		}
-		time.Sleep(100 * time.Millisecond)
+	if !exportertest.Within(5*time.Second, func() bool {
+		body = e.Scrape(t)
+		return len(missingLines(body, want)) == 0
+	}) {
+		t.Fatalf("missing from /metrics after 5 s:\n%s", strings.Join(missingLines(body, want), "\n"))
 	}
 	if strings.Contains(body, `pid="1"`) {
 		t.Error("a pid given in a message was used")
@@ -549,7 +404,7 @@ func TestProtocolBlackBox(t *testing.T) {
 			t.Errorf("ingest health lacks %s", w)
 		}
 	}
-	code, reports := e.get(t, "/api/v1/oom-reports")
+	code, reports := e.Get(t, "/api/v1/oom-reports")
 	if code != 200 || !strings.Contains(reports, `"requested_bytes":960495616`) {
 		t.Errorf("oom report missing: %d %s", code, reports)
 	}
@@ -562,11 +417,12 @@ func TestProtocolBlackBox(t *testing.T) {
 // counted and skipped, the connection stays; a line over the limit closes
 // the connection; other clients are not affected.
 func TestProtocolLimitsBlackBox(t *testing.T) {
+	t.Parallel()
 	e := startExporter(t, "--allocstats.max-message-bytes=1024")
-	e.waitReady(t)
+	e.WaitReady(t)
 	dial := func() net.Conn {
 		t.Helper()
-		c, err := net.Dial("unix", e.socket)
+		c, err := net.Dial("unix", e.Socket)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -586,45 +442,33 @@ func TestProtocolLimitsBlackBox(t *testing.T) {
 	}
 
 	pid := fmt.Sprint(os.Getpid())
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		_, body := e.get(t, "/metrics")
-		want := []string{
-			`gpumem_allocstats_messages_total{result="rejected",type="unknown"} 1`,
-			`gpumem_allocstats_messages_total{result="oversize",type="unknown"} 1`,
-			`gpumem_allocstats_messages_total{result="ok",type="stats"} 1`,
-			`pid="` + pid + `",pod="",uuid="GPU-5f0e3c1a-7b2d-4e89-a1c3-000000000001"} 7.340032e+06`,
-		}
-		missing := ""
-		for _, w := range want {
-			if !strings.Contains(body, w) {
-				missing = w
-			}
-		}
-		if missing == "" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("missing %s in\n%s", missing, grepLines(body, "allocstats_messages_total", "allocator_reserved"))
-		}
-		time.Sleep(100 * time.Millisecond)
+	want := []string{
+		`gpumem_allocstats_messages_total{result="rejected",type="unknown"} 1`,
+		`gpumem_allocstats_messages_total{result="oversize",type="unknown"} 1`,
+		`gpumem_allocstats_messages_total{result="ok",type="stats"} 1`,
+		`pid="` + pid + `",pod="",uuid="GPU-5f0e3c1a-7b2d-4e89-a1c3-000000000001"} 7.340032e+06`,
+	}
+	var body string
+	if !exportertest.Within(5*time.Second, func() bool {
+		body = e.Scrape(t)
+		return len(missingLines(body, want)) == 0
+	}) {
+		t.Fatalf("missing %v in\n%s", missingLines(body, want), exportertest.GrepLines(body, "allocstats_messages_total", "allocator_reserved"))
 	}
 	// The wrong version was rejected: counted under its type.
-	_, body := e.get(t, "/metrics")
+	body = e.Scrape(t)
 	if !strings.Contains(body, `gpumem_allocstats_messages_total{result="rejected",type="stats"} 1`) {
-		t.Errorf("a v:2 line was not counted as rejected:\n%s", grepLines(body, "allocstats_messages_total"))
+		t.Errorf("a v:2 line was not counted as rejected:\n%s", exportertest.GrepLines(body, "allocstats_messages_total"))
 	}
 }
 
-func grepLines(body string, subs ...string) string {
+// missingLines returns the strings of want that body lacks.
+func missingLines(body string, want []string) []string {
 	var out []string
-	for _, l := range strings.Split(body, "\n") {
-		for _, s := range subs {
-			if strings.Contains(l, s) && !strings.HasPrefix(l, "#") {
-				out = append(out, l)
-				break
-			}
+	for _, w := range want {
+		if !strings.Contains(body, w) {
+			out = append(out, w)
 		}
 	}
-	return strings.Join(out, "\n")
+	return out
 }

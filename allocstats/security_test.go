@@ -21,7 +21,7 @@ import (
 
 // Tests of the attacks in docs/security.md, inside the package: identity,
 // bounded memory and the socket file. The end-to-end versions, with real
-// processes of other users, are in the repository root (security_test.go).
+// processes of other users, are in attack/ (attack/security_test.go).
 
 // sleeper starts a child process that waits until the test ends, and
 // returns it with a pidfd of it.
