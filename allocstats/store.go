@@ -24,6 +24,9 @@ type DeviceStats struct {
 	PeakReserved  Optional
 	PeakActive    Optional
 	Limit         Optional
+	// ActiveFloor is the least Active of the last 2 minutes of reports
+	// (see ActiveFloor); absent while Active never came.
+	ActiveFloor Optional
 	// AllocRetries and OOMs never decrease within a process's life, even
 	// when the client resets its counters.
 	AllocRetries   Optional
@@ -188,6 +191,7 @@ type procEntry struct {
 
 type deviceEntry struct {
 	stats   DeviceStats
+	floor   ActiveFloor
 	retries counterState
 	ooms    counterState
 	// unlistedSince is when DropUnlisted first found NVML not listing the
@@ -643,6 +647,16 @@ func (s *Store) applyLocked(e *procEntry, devices []DeviceReport, now time.Time)
 		st.PeakReserved = r.PeakReserved
 		st.PeakActive = r.PeakActive
 		st.Limit = r.Limit
+		if r.Active.OK {
+			at := r.At
+			if at.IsZero() {
+				at = now
+			}
+			d.floor.Observe(at, r.Active.V)
+		}
+		if v, ok := d.floor.Floor(); ok {
+			st.ActiveFloor = Some(v)
+		}
 		st.AllocRetries = d.retries.apply(r.AllocRetries)
 		st.OOMs = d.ooms.apply(r.OOMs)
 		st.LastReport = now

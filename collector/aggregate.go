@@ -179,6 +179,7 @@ func (a *aggregator) merge(k groupKey, members []*attribution.Row) attribution.R
 			for _, o := range []struct{ sum, v *allocstats.Optional }{
 				{&al.Active, &s.Active}, {&al.Allocated, &s.Allocated}, {&al.InactiveSplit, &s.InactiveSplit},
 				{&al.PeakReserved, &s.PeakReserved}, {&al.PeakActive, &s.PeakActive}, {&al.Limit, &s.Limit},
+				{&al.ActiveFloor, &s.ActiveFloor},
 			} {
 				if o.v.OK {
 					o.sum.OK = true

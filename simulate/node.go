@@ -115,8 +115,13 @@ type Node struct {
 	server *server.Server
 	script script
 
-	mu    sync.Mutex
-	last  time.Time
+	mu   sync.Mutex
+	last time.Time
+	// clock is the simulated time: the first Step's, then advanced by
+	// each Step's simulated time. Allocator states are stamped with it,
+	// so that windows over them (the floor of active memory) span
+	// simulated time at any Speed.
+	clock time.Time
 	state state
 	pids  map[uint32]*process
 }
@@ -218,8 +223,12 @@ func (n *Node) Step() {
 	var dt time.Duration
 	if !n.last.IsZero() {
 		dt = time.Duration(float64(now.Sub(n.last)) * n.cfg.Speed)
+	} else {
+		n.clock = now
 	}
 	n.last = now
+	n.clock = n.clock.Add(dt)
+	sampled := n.clock
 	st := n.script.step(dt)
 	n.state = st
 	clear(n.pids)
@@ -238,8 +247,10 @@ func (n *Node) Step() {
 	}
 	for _, p := range st.processes {
 		if p.report != nil {
+			r := *p.report
+			r.At = sampled
 			// Cannot fail: one known device per process.
-			_ = sink.Feed(allocstats.Identity{PID: uint32(p.pid), StartTime: p.start}, "pytorch", []allocstats.DeviceReport{*p.report}, now)
+			_ = sink.Feed(allocstats.Identity{PID: uint32(p.pid), StartTime: p.start}, "pytorch", []allocstats.DeviceReport{r}, now)
 		}
 	}
 	for _, o := range st.ooms {
