@@ -77,7 +77,9 @@ func (c *allocatorCollector) rows(sc *Scrape) (*rowSet, error) {
 		n:      len(rows),
 		labels: processLabels(row),
 		columns: []column{
-			{c.reserved, value(func(a *allocstats.DeviceStats) (float64, bool) { return float64(a.Reserved), true })},
+			// An exited process (kept for the OOM linger) holds no memory:
+			// only its counters and last OOM are exported.
+			{c.reserved, func(i int) (float64, bool) { return float64(row(i).Alloc.Reserved), !row(i).Exited }},
 			{c.active, optional(func(a *allocstats.DeviceStats) allocstats.Optional { return a.Active })},
 			{c.inactive, value(func(a *allocstats.DeviceStats) (float64, bool) { return float64(a.Inactive()), a.Active.OK })},
 			{c.allocated, optional(func(a *allocstats.DeviceStats) allocstats.Optional { return a.Allocated })},
