@@ -741,15 +741,18 @@ func (s *Store) applyLocked(e *procEntry, devices []DeviceReport, now time.Time)
 		st.PeakReserved = r.PeakReserved
 		st.PeakActive = r.PeakActive
 		st.Limit = r.Limit
+		// The floor goes with active: a report without active exports
+		// neither.
+		st.ActiveFloor = Optional{}
 		if r.Active.OK {
 			at := r.At
 			if at.IsZero() {
 				at = now
 			}
 			d.floor.Observe(at, r.Active.V)
-		}
-		if v, ok := d.floor.Floor(); ok {
-			st.ActiveFloor = Some(v)
+			if v, ok := d.floor.Floor(); ok {
+				st.ActiveFloor = Some(v)
+			}
 		}
 		st.AllocRetries = d.retries.apply(r.AllocRetries)
 		st.OOMs = d.ooms.apply(r.OOMs)
