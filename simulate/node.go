@@ -100,7 +100,12 @@ type state struct {
 	gpuUsed   [8]uint64
 	processes []process // by GPU, then pid
 	exited    []int
-	ooms      []oomEvent
+	// final holds the last state of the processes that exited during the
+	// step, where the script knows it: what their client pushed last (at
+	// Speed 60 a process can raise an OOM, push its counters and exit
+	// within one step).
+	final []process
+	ooms  []oomEvent
 }
 
 // script advances a simulated node.
@@ -242,10 +247,7 @@ func (n *Node) Step() {
 	if sink == nil {
 		return
 	}
-	for _, pid := range st.exited {
-		sink.Remove(uint32(pid))
-	}
-	for _, p := range st.processes {
+	feed := func(p process) {
 		if p.report != nil {
 			r := *p.report
 			r.At = sampled
@@ -253,10 +255,35 @@ func (n *Node) Step() {
 			_ = sink.Feed(allocstats.Identity{PID: uint32(p.pid), StartTime: p.start}, "pytorch", []allocstats.DeviceReport{r}, now)
 		}
 	}
-	for _, o := range st.ooms {
+	feedOOM := func(o oomEvent) {
 		_, _ = sink.FeedOOM(allocstats.Identity{PID: uint32(o.pid), StartTime: o.start}, allocstats.OOMMessage{
 			UUID: UUIDs[o.gpu], RequestedBytes: o.requested, LimitBytes: allocstats.Some(o.limit), FreeBytes: allocstats.Some(o.free),
 		}, now)
+	}
+	// The processes that exited: their last push and OOMs, then the exit
+	// (the store keeps their counters for the OOM linger).
+	gone := make(map[int]bool, len(st.exited))
+	for _, pid := range st.exited {
+		gone[pid] = true
+	}
+	for _, p := range st.final {
+		feed(p)
+	}
+	for _, o := range st.ooms {
+		if gone[o.pid] {
+			feedOOM(o)
+		}
+	}
+	for _, pid := range st.exited {
+		sink.Remove(uint32(pid))
+	}
+	for _, p := range st.processes {
+		feed(p)
+	}
+	for _, o := range st.ooms {
+		if !gone[o.pid] {
+			feedOOM(o)
+		}
 	}
 }
 
