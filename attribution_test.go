@@ -554,6 +554,10 @@ func testAttribution(t *testing.T, watchList bool) {
 		"--path.procfs="+procfs,
 		"--kubernetes.kubeconfig="+writeKubeconfig(t, api.URL),
 		"--kubernetes.node-name="+attrNode,
+		// An exited process's counters and process_info stay for the
+		// linger (attribution/linger_test.go tests it); a short one here,
+		// so that all of A's series go within the wait below.
+		"--allocstats.oom-linger=1s",
 	)
 	e.WaitReady(t) // the daemon accepts stats only for devices NVML listed
 
@@ -603,8 +607,9 @@ func testAttribution(t *testing.T, watchList bool) {
 		return p
 	})
 
-	// A exits and its /proc entry goes: its series go at the next poll,
-	// without waiting for the TTL after its connection closed.
+	// A exits and its /proc entry goes: its series go at the next poll
+	// (its counters after the linger), without waiting for the TTL after
+	// its connection closed.
 	if err := a.stop(); err != nil {
 		t.Fatalf("client A: %v", err)
 	}

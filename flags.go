@@ -47,6 +47,7 @@ type options struct {
 	maxProcessesPerUID     int
 	maxBufferedBytes       int
 	unlistedGrace          time.Duration
+	oomLinger              time.Duration
 	oomReports             int
 	webConfig              *web.FlagConfig
 }
@@ -86,7 +87,8 @@ func parseFlags(app *kingpin.Application, args []string) (*options, error) {
 	app.Flag("allocstats.max-connections", "Most client connections at once.").Default(strconv.Itoa(allocstats.DefaultMaxConnections)).SetValue(&intFlag{"allocstats.max-connections", &o.maxConnections})
 	app.Flag("allocstats.max-devices", "Most devices in one stats message, and per process.").Default(strconv.Itoa(allocstats.DefaultMaxDevices)).SetValue(&intFlag{"allocstats.max-devices", &o.maxDevices})
 	app.Flag("allocstats.idle-timeout", "Close a connection that sends nothing for this long.").Default(allocstats.DefaultIdleTimeout.String()).SetValue(&durationFlag{"allocstats.idle-timeout", &o.idleTimeout})
-	app.Flag("allocstats.ttl", "Keep a process's allocator series this long after its connection closes (they go at once when it exits).").Default(allocstats.DefaultTTL.String()).SetValue(&durationFlag{"allocstats.ttl", &o.ttl})
+	app.Flag("allocstats.ttl", "Keep a process's allocator series this long after its connection closes (when it exits, see --allocstats.oom-linger).").Default(allocstats.DefaultTTL.String()).SetValue(&durationFlag{"allocstats.ttl", &o.ttl})
+	app.Flag("allocstats.oom-linger", "Keep exporting the allocator counters (OOMs, retries, the last OOM) and gpumem_process_info of a process that exited this long, so that Prometheus scrapes an OOM raised right before the exit; 0 drops them at once.").Default(allocstats.DefaultOOMLinger.String()).SetValue(&durationFlag{"allocstats.oom-linger", &o.oomLinger})
 	app.Flag("allocstats.max-connections-per-uid", "Most client connections of one uid at once.").Default(strconv.Itoa(allocstats.DefaultMaxConnectionsPerUID)).SetValue(&intFlag{"allocstats.max-connections-per-uid", &o.maxConnectionsPerUID})
 	app.Flag("allocstats.max-processes", "Most processes whose allocator state is kept at once; a new one beyond has its messages rejected.").Default(strconv.Itoa(allocstats.DefaultMaxProcesses)).SetValue(&intFlag{"allocstats.max-processes", &o.maxProcesses})
 	app.Flag("allocstats.max-processes-per-uid", "Most processes of one uid whose allocator state is kept at once.").Default(strconv.Itoa(allocstats.DefaultMaxProcessesPerUID)).SetValue(&intFlag{"allocstats.max-processes-per-uid", &o.maxProcessesPerUID})
@@ -111,6 +113,12 @@ func (o *options) validate() error {
 		}
 		return nil
 	}
+	notNegative := func(flag string, d time.Duration) error {
+		if d < 0 {
+			return fmt.Errorf("--%s must be 0 or a positive duration such as 1m, got %s", flag, d)
+		}
+		return nil
+	}
 	atLeast := func(flag string, v, lowest int) error {
 		if v < lowest {
 			return fmt.Errorf("--%s must be at least %d, got %d", flag, lowest, v)
@@ -123,6 +131,7 @@ func (o *options) validate() error {
 		positive("allocstats.idle-timeout", o.idleTimeout),
 		positive("allocstats.ttl", o.ttl),
 		positive("allocstats.unlisted-grace", o.unlistedGrace),
+		notNegative("allocstats.oom-linger", o.oomLinger),
 		atLeast("nvml.simulated.processes-per-gpu", o.simProcesses, 1),
 		atLeast("allocstats.max-message-bytes", o.maxMessageBytes, 64),
 		atLeast("allocstats.max-connections", o.maxConnections, 1),

@@ -190,6 +190,7 @@ func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, er
 	// Sources.
 	store := allocstats.NewStore(o.ttl)
 	store.SetProcessLimits(o.maxProcesses, o.maxProcessesPerUID)
+	store.SetLinger(o.oomLinger)
 	routeLibraryLogs(bare)
 	podWatch, err := pods.Start(ctx, pods.Config{Kubeconfig: o.kubeconfig, NodeName: o.nodeName}, log.With(logger, "component", "kubernetes"))
 	if err != nil {
@@ -227,7 +228,9 @@ func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, er
 	poller := nvmlpoll.NewPoller(cfg)
 
 	// The one join, and what reads it.
-	join := attribution.Sources{NVML: poller, Allocator: store, Workload: resolver, SettleLabels: true}
+	// Memory labels the processes that exited, which the store keeps for
+	// --allocstats.oom-linger, as they were labelled while they ran.
+	join := attribution.Sources{NVML: poller, Allocator: store, Workload: resolver, SettleLabels: true, Memory: attribution.NewMemory()}
 	if sim != nil {
 		// The simulated processes' pods and Slurm jobs, as the workload
 		// cache would name real ones.

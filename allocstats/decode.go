@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 	"unicode/utf8"
 )
 
@@ -66,6 +67,10 @@ type DeviceReport struct {
 	Limit         Optional
 	AllocRetries  Optional // raw client counter, may reset
 	OOMs          Optional // raw client counter, may reset
+	// At is when the client sampled this state, for the floor of active
+	// memory. The wire protocol carries no time: zero, the time the
+	// message arrived. The simulated node sets its own clock.
+	At time.Time
 }
 
 // Hello is a decoded hello message; its strings are sanitised (printable

@@ -43,6 +43,10 @@ const (
 	// DefaultUnlistedGrace is how long a process's state on a device where
 	// NVML does not list it is kept.
 	DefaultUnlistedGrace = 30 * time.Second
+	// DefaultOOMLinger is how long the counters of a process that exited
+	// are still exported, so that a scrape sees their last values (an OOM
+	// raised just before the process exited).
+	DefaultOOMLinger = time.Minute
 	// DefaultProcPath is where the server reads a peer's start time and uid.
 	DefaultProcPath = "/proc"
 )

@@ -24,6 +24,9 @@ type DeviceStats struct {
 	PeakReserved  Optional
 	PeakActive    Optional
 	Limit         Optional
+	// ActiveFloor is the least Active of the last 2 minutes of reports
+	// (see ActiveFloor); absent while Active never came.
+	ActiveFloor Optional
 	// AllocRetries and OOMs never decrease within a process's life, even
 	// when the client resets its counters.
 	AllocRetries   Optional
@@ -54,7 +57,11 @@ type Process struct {
 	FrameworkVersion string
 	Client           string
 	Connected        bool // at least one connection of the process is open
-	Devices          []DeviceStats
+	// Exited says the process exited: it is kept for the linger (see
+	// Store.SetLinger) so that its final counters are exported; its
+	// memory fields describe memory it no longer holds.
+	Exited  bool
+	Devices []DeviceStats
 }
 
 // Device returns the process's stats for the device uuid.
@@ -124,6 +131,18 @@ type Store struct {
 	perUID  map[uint32]int
 
 	oomHooks []func(OOMEvent) // set before use, read without the lock
+
+	// linger is how long an exited process stays in gone.
+	linger time.Duration
+	// gone holds the entries of processes that exited, oldest first, for
+	// the linger. Replaced under mu, read without it.
+	gone atomic.Pointer[[]goneEntry]
+}
+
+// goneEntry is a process that exited at at.
+type goneEntry struct {
+	e  *procEntry
+	at time.Time
 }
 
 // sorted returns the current index; the caller must not change it.
@@ -188,6 +207,7 @@ type procEntry struct {
 
 type deviceEntry struct {
 	stats   DeviceStats
+	floor   ActiveFloor
 	retries counterState
 	ooms    counterState
 	// unlistedSince is when DropUnlisted first found NVML not listing the
@@ -250,12 +270,18 @@ func (s *Store) SetProcessLimits(total, perUID int) {
 }
 
 // Processes returns a deep copy of every process, sorted by pid, each with
-// its devices sorted by UUID. It takes no store-wide lock: it copies the
-// processes of the index as it stood when called, locking each one only
-// while it is copied, so ingest never makes it wait.
+// its devices sorted by UUID, followed by the processes that exited within
+// the linger (Exited set; see SetLinger), also by pid. It takes no
+// store-wide lock: it copies the processes of the index as it stood when
+// called, locking each one only while it is copied, so ingest never makes
+// it wait.
 func (s *Store) Processes() []Process {
 	sorted := s.sorted()
-	out := make([]Process, len(sorted))
+	var gone []goneEntry
+	if g := s.gone.Load(); g != nil {
+		gone = *g
+	}
+	out := make([]Process, len(sorted), len(sorted)+len(gone))
 	// One backing array for all devices (two allocations in all, unless
 	// devices were added meanwhile).
 	all := make([]DeviceStats, 0, max(s.nDevices.Load(), 0))
@@ -268,7 +294,72 @@ func (s *Store) Processes() []Process {
 		out[i] = e.snapshotLocked(all[start:len(all):len(all)])
 		e.mu.Unlock()
 	}
+	if len(gone) == 0 {
+		return out
+	}
+	for _, g := range gone {
+		g.e.mu.Lock()
+		devs := make([]DeviceStats, len(g.e.devices))
+		for i, d := range g.e.devices {
+			devs[i] = d.stats
+		}
+		p := g.e.snapshotLocked(devs)
+		g.e.mu.Unlock()
+		p.Exited = true
+		out = append(out, p)
+	}
+	exited := out[len(sorted):]
+	sort.SliceStable(exited, func(i, j int) bool { return exited[i].PID < exited[j].PID })
 	return out
+}
+
+// SetLinger sets how long the store keeps a process after it exited
+// (Prune found it gone, or Remove): Processes lists it, with Exited set,
+// until the first Prune at least d after it exited, so that a scrape sees
+// the counters it reported last (an OOM raised right before it exited).
+// 0 (the default) drops it at once. At most the process limit of exited
+// processes are kept; beyond it, the oldest go first. Call it before the
+// store is used.
+func (s *Store) SetLinger(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.linger = max(d, 0)
+}
+
+// lingerLocked keeps e, a process that exited at now, for the linger.
+func (s *Store) lingerLocked(e *procEntry, now time.Time) {
+	if s.linger <= 0 {
+		return
+	}
+	var gone []goneEntry
+	if g := s.gone.Load(); g != nil {
+		gone = *g
+	}
+	if over := len(gone) + 1 - s.maxProcesses; over > 0 {
+		gone = gone[over:]
+	}
+	next := make([]goneEntry, 0, len(gone)+1)
+	next = append(next, gone...)
+	next = append(next, goneEntry{e, now})
+	s.gone.Store(&next)
+}
+
+// expireLocked forgets the exited processes whose linger has passed at
+// now.
+func (s *Store) expireLocked(now time.Time) {
+	g := s.gone.Load()
+	if g == nil || len(*g) == 0 {
+		return
+	}
+	gone := *g
+	i := 0
+	for i < len(gone) && now.Sub(gone[i].at) >= s.linger {
+		i++
+	}
+	if i > 0 {
+		next := append([]goneEntry(nil), gone[i:]...)
+		s.gone.Store(&next)
+	}
 }
 
 // Process returns a copy of one process.
@@ -334,6 +425,7 @@ func (s *Store) Prune(now time.Time, alive func(pid uint32, startTime uint64) bo
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.expireLocked(now)
 	sorted := s.sorted()
 	var kept []*procEntry
 	for i, e := range sorted {
@@ -341,7 +433,11 @@ func (s *Store) Prune(now time.Time, alive func(pid uint32, startTime uint64) bo
 		switch {
 		case dead[e] && e.conns.Load() > 0:
 			s.exitLocked(e)
-		case dead[e] || expired:
+			s.lingerLocked(e, now)
+		case dead[e]:
+			s.dropLocked(e)
+			s.lingerLocked(e, now)
+		case expired:
 			s.dropLocked(e)
 		default:
 			if kept != nil {
@@ -359,13 +455,15 @@ func (s *Store) Prune(now time.Time, alive func(pid uint32, startTime uint64) bo
 	}
 }
 
-// Remove drops the process pid.
+// Remove drops the process pid, which exited: it is kept for the linger
+// (see SetLinger).
 func (s *Store) Remove(pid uint32) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e, ok := s.procs[pid]; ok {
 		s.dropLocked(e)
 		s.removeSortedLocked(pid)
+		s.lingerLocked(e, time.Now())
 	}
 }
 
@@ -643,6 +741,19 @@ func (s *Store) applyLocked(e *procEntry, devices []DeviceReport, now time.Time)
 		st.PeakReserved = r.PeakReserved
 		st.PeakActive = r.PeakActive
 		st.Limit = r.Limit
+		// The floor goes with active: a report without active exports
+		// neither.
+		st.ActiveFloor = Optional{}
+		if r.Active.OK {
+			at := r.At
+			if at.IsZero() {
+				at = now
+			}
+			d.floor.Observe(at, r.Active.V)
+			if v, ok := d.floor.Floor(); ok {
+				st.ActiveFloor = Some(v)
+			}
+		}
 		st.AllocRetries = d.retries.apply(r.AllocRetries)
 		st.OOMs = d.ooms.apply(r.OOMs)
 		st.LastReport = now

@@ -23,6 +23,14 @@ type Row struct {
 	Framework string
 	Info      workload.Info
 	Comm      string // /proc's comm, else the base name of NVML's process name
+	// Exited says the process exited and the store keeps it for the OOM
+	// linger: Alloc then holds only its counters and last OOM (memory
+	// fields zero or absent), so that a scrape sees their last values and
+	// nothing counts memory it no longer holds.
+	Exited bool
+	// start is the exited process's start time, to match its remembered
+	// labels.
+	start uint64
 }
 
 // Context is NVML used minus allocator reserved: the CUDA context and
@@ -30,7 +38,7 @@ type Row struct {
 // and used is the larger (a burst between two polls can make NVML's figure
 // lag the allocator's).
 func (r *Row) Context() (uint64, bool) {
-	if r.NVML == nil || !r.NVML.HasUsed || r.Alloc == nil || r.NVML.UsedBytes < r.Alloc.Reserved {
+	if r.NVML == nil || !r.NVML.HasUsed || r.Alloc == nil || r.Exited || r.NVML.UsedBytes < r.Alloc.Reserved {
 		return 0, false
 	}
 	return r.NVML.UsedBytes - r.Alloc.Reserved, true
@@ -58,6 +66,7 @@ func Join(snap *nvmlpoll.Snapshot, procs []allocstats.Process, lookup Lookup) []
 		start     uint64
 	}
 	allocs := make(map[key]allocRef)
+	exited := make(map[key]allocRef)
 	for i := range procs {
 		p := &procs[i]
 		for j := range p.Devices {
@@ -70,7 +79,17 @@ func Join(snap *nvmlpoll.Snapshot, procs []allocstats.Process, lookup Lookup) []
 			if d, ok := snap.Device(uuid); ok {
 				uuid = d.UUID
 			}
+			if p.Exited {
+				c := countersOnly(p.Devices[j])
+				exited[key{p.PID, uuid}] = allocRef{&c, p.Framework, p.StartTime}
+				continue
+			}
 			allocs[key{p.PID, uuid}] = allocRef{&p.Devices[j], p.Framework, p.StartTime}
+		}
+	}
+	for k := range exited {
+		if _, ok := allocs[k]; ok {
+			delete(exited, k) // a live process of the same pid: it wins
 		}
 	}
 	infos := make(map[uint32]workload.Info)
@@ -110,6 +129,11 @@ func Join(snap *nvmlpoll.Snapshot, procs []allocstats.Process, lookup Lookup) []
 				k := key{p.PID, d.UUID}
 				if a, ok := allocs[k]; ok && current(p.PID, a) {
 					r.Alloc, r.Framework = a.stats, a.framework
+				} else if a, ok := exited[k]; ok && r.Alloc == nil {
+					// NVML still lists a process that /proc says exited
+					// (its context is being torn down): one row.
+					r.Alloc, r.Framework, r.Exited, r.start = a.stats, a.framework, true, a.start
+					delete(exited, k)
 				}
 				used[k] = true
 				rows = append(rows, r)
@@ -128,6 +152,26 @@ func Join(snap *nvmlpoll.Snapshot, procs []allocstats.Process, lookup Lookup) []
 		r.Comm = r.Info.Comm
 		rows = append(rows, r)
 	}
+	for k, a := range exited {
+		if used[k] {
+			continue
+		}
+		d, ok := snap.Device(k.uuid)
+		if !ok || !d.ExportsMemory() {
+			continue
+		}
+		// /proc and the workload cache no longer know the pid: its labels
+		// come from the lookup only if it still answers, else from a
+		// Memory (Sources.ReadAt).
+		r := Row{GPU: d.GPULabel(), UUID: d.UUID, PID: k.pid, Alloc: a.stats, Framework: a.framework, Exited: true, start: a.start}
+		if in := info(k.pid); in.StartTime == a.start {
+			r.Info = in
+		} else {
+			r.Info = workload.Info{PID: k.pid, StartTime: a.start}
+		}
+		r.Comm = r.Info.Comm
+		rows = append(rows, r)
+	}
 	sort.Slice(rows, func(i, j int) bool {
 		if rows[i].UUID != rows[j].UUID {
 			return rows[i].UUID < rows[j].UUID
@@ -135,6 +179,20 @@ func Join(snap *nvmlpoll.Snapshot, procs []allocstats.Process, lookup Lookup) []
 		return rows[i].PID < rows[j].PID
 	})
 	return rows
+}
+
+// countersOnly is what stays of an exited process's device state: its
+// counters and last OOM, not the memory it held.
+func countersOnly(d allocstats.DeviceStats) allocstats.DeviceStats {
+	return allocstats.DeviceStats{
+		UUID:           d.UUID,
+		HasStats:       d.HasStats,
+		AllocRetries:   d.AllocRetries,
+		OOMs:           d.OOMs,
+		LastOOMRequest: d.LastOOMRequest,
+		LastOOMTime:    d.LastOOMTime,
+		LastReport:     d.LastReport,
+	}
 }
 
 // SnapshotSource gives the latest NVML snapshot (nil before the first poll).
@@ -159,6 +217,9 @@ type Sources struct {
 	// never exported with comm="" and then again with its name, which
 	// would make two series of one process and restart its counters.
 	SettleLabels bool
+	// Memory, if set, gives the rows of exited processes the labels they
+	// had while they ran, and drops those it never saw run.
+	Memory *Memory
 }
 
 // View is one consistent reading of the sources: a snapshot and the rows
@@ -189,13 +250,21 @@ func (s Sources) ReadAt(snap *nvmlpoll.Snapshot) View {
 	if s.SettleLabels && s.Workload != nil {
 		v.Rows = settled(v.Rows, s.Workload)
 	}
+	if s.Memory != nil {
+		v.Rows = s.Memory.apply(v.Rows)
+	}
 	return v
 }
 
-// settled drops, in place, the rows of pids lookup does not know.
+// settled drops, in place, the rows of pids lookup does not know. Rows of
+// exited processes are kept: a Memory labels them.
 func settled(rows []Row, lookup Lookup) []Row {
 	kept := rows[:0]
 	for _, r := range rows {
+		if r.Exited {
+			kept = append(kept, r)
+			continue
+		}
 		if _, ok := lookup.Lookup(r.PID); ok {
 			kept = append(kept, r)
 		}

@@ -150,7 +150,9 @@ func (a *aggregator) merge(k groupKey, members []*attribution.Row) attribution.R
 		a.groups[k] = state
 	}
 	var lastOOM *allocstats.DeviceStats
+	r.Exited = true // unless a member runs
 	for _, m := range members {
+		r.Exited = r.Exited && m.Exited
 		for _, f := range []struct{ merged, member *string }{
 			{&r.Info.ContainerID, &m.Info.ContainerID}, {&r.Info.PodUID, &m.Info.PodUID},
 			{&r.Info.SlurmJobID, &m.Info.SlurmJobID}, {&r.Info.UID, &m.Info.UID}, {&r.Framework, &m.Framework},
@@ -179,6 +181,7 @@ func (a *aggregator) merge(k groupKey, members []*attribution.Row) attribution.R
 			for _, o := range []struct{ sum, v *allocstats.Optional }{
 				{&al.Active, &s.Active}, {&al.Allocated, &s.Allocated}, {&al.InactiveSplit, &s.InactiveSplit},
 				{&al.PeakReserved, &s.PeakReserved}, {&al.PeakActive, &s.PeakActive}, {&al.Limit, &s.Limit},
+				{&al.ActiveFloor, &s.ActiveFloor},
 			} {
 				if o.v.OK {
 					o.sum.OK = true

@@ -14,7 +14,7 @@ func init() {
 
 type allocatorCollector struct {
 	reserved, active, inactive, allocated, split     *family
-	peakReserved, peakActive, limit                  *family
+	peakReserved, peakActive, limit, floor           *family
 	retries, ooms, lastOOMRequest, lastOOMTime, last *family
 }
 
@@ -37,6 +37,7 @@ func newAllocatorCollector(src Sources, _ log.Logger) (Collector, error) {
 		peakReserved:   d("peak_reserved_bytes", "The framework's peak of reserved memory."),
 		peakActive:     d("peak_active_bytes", "The framework's peak of active memory."),
 		limit:          d("limit_bytes", "The process's memory limit, where one is set."),
+		floor:          d("active_floor_bytes", "The least active memory the process reported over the last 2 minutes: the floor of its training steps."),
 		retries:        counter("alloc_retries_total", "Times the allocator flushed its cache and retried cudaMalloc."),
 		ooms:           counter("ooms_total", "Out-of-memory errors the allocator raised."),
 		lastOOMRequest: d("last_oom_request_bytes", "Bytes the last failed allocation asked for."),
@@ -76,7 +77,9 @@ func (c *allocatorCollector) rows(sc *Scrape) (*rowSet, error) {
 		n:      len(rows),
 		labels: processLabels(row),
 		columns: []column{
-			{c.reserved, value(func(a *allocstats.DeviceStats) (float64, bool) { return float64(a.Reserved), true })},
+			// An exited process (kept for the OOM linger) holds no memory:
+			// only its counters and last OOM are exported.
+			{c.reserved, func(i int) (float64, bool) { return float64(row(i).Alloc.Reserved), !row(i).Exited }},
 			{c.active, optional(func(a *allocstats.DeviceStats) allocstats.Optional { return a.Active })},
 			{c.inactive, value(func(a *allocstats.DeviceStats) (float64, bool) { return float64(a.Inactive()), a.Active.OK })},
 			{c.allocated, optional(func(a *allocstats.DeviceStats) allocstats.Optional { return a.Allocated })},
@@ -84,6 +87,7 @@ func (c *allocatorCollector) rows(sc *Scrape) (*rowSet, error) {
 			{c.peakReserved, optional(func(a *allocstats.DeviceStats) allocstats.Optional { return a.PeakReserved })},
 			{c.peakActive, optional(func(a *allocstats.DeviceStats) allocstats.Optional { return a.PeakActive })},
 			{c.limit, optional(func(a *allocstats.DeviceStats) allocstats.Optional { return a.Limit })},
+			{c.floor, optional(func(a *allocstats.DeviceStats) allocstats.Optional { return a.ActiveFloor })},
 			{c.lastOOMRequest, optional(func(a *allocstats.DeviceStats) allocstats.Optional { return a.LastOOMRequest })},
 			{c.retries, optional(func(a *allocstats.DeviceStats) allocstats.Optional { return a.AllocRetries })},
 			{c.ooms, optional(func(a *allocstats.DeviceStats) allocstats.Optional { return a.OOMs })},

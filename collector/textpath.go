@@ -126,7 +126,7 @@ func rowsEqual(a, b []attribution.Row) bool {
 	}
 	for i := range a {
 		x, y := &a[i], &b[i]
-		if x.GPU != y.GPU || x.UUID != y.UUID || x.PID != y.PID || x.Framework != y.Framework || x.Comm != y.Comm ||
+		if x.GPU != y.GPU || x.UUID != y.UUID || x.PID != y.PID || x.Framework != y.Framework || x.Comm != y.Comm || x.Exited != y.Exited ||
 			x.Info != y.Info || x.NVML != y.NVML || (x.Alloc == nil) != (y.Alloc == nil) || (x.Alloc != nil && *x.Alloc != *y.Alloc) {
 			return false
 		}

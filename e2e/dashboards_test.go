@@ -443,6 +443,24 @@ func TestOOMPanelsCountEachErrorOnce(t *testing.T) {
 		}
 		<-tick.C
 	}
+	// The panels join the errors with process:gpumem_workload:info: wait
+	// until the rules have run after the error was scraped (an error can
+	// come before their first evaluation, the exporter keeping the
+	// counters of processes that exited).
+	seen := time.Now()
+	for {
+		res, err := s.query(ctx, "max(timestamp(process:gpumem_workload:info))", time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res) > 0 && len(res[0].samples) > 0 && res[0].samples[0].v >= float64(seen.Unix()) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the rules did not run within %s of Prometheus's start after it scraped an out-of-memory error\n%s", dataTimeout, s.logs())
+		}
+		<-tick.C
+	}
 
 	end := time.Now().Truncate(time.Millisecond)
 	full := end.Sub(s.promStart).Truncate(time.Second) + time.Second

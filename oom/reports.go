@@ -436,6 +436,9 @@ func (r *Reports) build(ev allocstats.OOMEvent, view attribution.View) Report {
 		}
 	}
 	for _, row := range view.Device(ev.UUID) {
+		if row.Exited {
+			continue // gone before this reading: it holds nothing
+		}
 		p := process(&row, ev.PID)
 		if p.ContextBytes == nil && row.Alloc != nil && row.NVML != nil {
 			if ctx, ok := r.lastContext(&row); ok {

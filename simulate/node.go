@@ -100,7 +100,12 @@ type state struct {
 	gpuUsed   [8]uint64
 	processes []process // by GPU, then pid
 	exited    []int
-	ooms      []oomEvent
+	// final holds the last state of the processes that exited during the
+	// step, where the script knows it: what their client pushed last (at
+	// Speed 60 a process can raise an OOM, push its counters and exit
+	// within one step).
+	final []process
+	ooms  []oomEvent
 }
 
 // script advances a simulated node.
@@ -115,8 +120,13 @@ type Node struct {
 	server *server.Server
 	script script
 
-	mu    sync.Mutex
-	last  time.Time
+	mu   sync.Mutex
+	last time.Time
+	// clock is the simulated time: the first Step's, then advanced by
+	// each Step's simulated time. Allocator states are stamped with it,
+	// so that windows over them (the floor of active memory) span
+	// simulated time at any Speed.
+	clock time.Time
 	state state
 	pids  map[uint32]*process
 }
@@ -218,8 +228,12 @@ func (n *Node) Step() {
 	var dt time.Duration
 	if !n.last.IsZero() {
 		dt = time.Duration(float64(now.Sub(n.last)) * n.cfg.Speed)
+	} else {
+		n.clock = now
 	}
 	n.last = now
+	n.clock = n.clock.Add(dt)
+	sampled := n.clock
 	st := n.script.step(dt)
 	n.state = st
 	clear(n.pids)
@@ -233,19 +247,43 @@ func (n *Node) Step() {
 	if sink == nil {
 		return
 	}
+	feed := func(p process) {
+		if p.report != nil {
+			r := *p.report
+			r.At = sampled
+			// Cannot fail: one known device per process.
+			_ = sink.Feed(allocstats.Identity{PID: uint32(p.pid), StartTime: p.start}, "pytorch", []allocstats.DeviceReport{r}, now)
+		}
+	}
+	feedOOM := func(o oomEvent) {
+		_, _ = sink.FeedOOM(allocstats.Identity{PID: uint32(o.pid), StartTime: o.start}, allocstats.OOMMessage{
+			UUID: UUIDs[o.gpu], RequestedBytes: o.requested, LimitBytes: allocstats.Some(o.limit), FreeBytes: allocstats.Some(o.free),
+		}, now)
+	}
+	// The processes that exited: their last push and OOMs, then the exit
+	// (the store keeps their counters for the OOM linger).
+	gone := make(map[int]bool, len(st.exited))
+	for _, pid := range st.exited {
+		gone[pid] = true
+	}
+	for _, p := range st.final {
+		feed(p)
+	}
+	for _, o := range st.ooms {
+		if gone[o.pid] {
+			feedOOM(o)
+		}
+	}
 	for _, pid := range st.exited {
 		sink.Remove(uint32(pid))
 	}
 	for _, p := range st.processes {
-		if p.report != nil {
-			// Cannot fail: one known device per process.
-			_ = sink.Feed(allocstats.Identity{PID: uint32(p.pid), StartTime: p.start}, "pytorch", []allocstats.DeviceReport{*p.report}, now)
-		}
+		feed(p)
 	}
 	for _, o := range st.ooms {
-		_, _ = sink.FeedOOM(allocstats.Identity{PID: uint32(o.pid), StartTime: o.start}, allocstats.OOMMessage{
-			UUID: UUIDs[o.gpu], RequestedBytes: o.requested, LimitBytes: allocstats.Some(o.limit), FreeBytes: allocstats.Some(o.free),
-		}, now)
+		if !gone[o.pid] {
+			feedOOM(o)
+		}
 	}
 }
 

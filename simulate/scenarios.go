@@ -30,6 +30,7 @@ func (s *scenarioScript) step(dt time.Duration) state {
 	}
 	for _, p := range t.Exited {
 		st.exited = append(st.exited, pidBase+p.PID)
+		st.final = append(st.final, fromScenario(p))
 	}
 	for _, o := range t.OOMs {
 		st.ooms = append(st.ooms, oomEvent{
@@ -37,12 +38,14 @@ func (s *scenarioScript) step(dt time.Duration) state {
 			requested: o.Requested, limit: o.Limit, free: o.Free,
 		})
 	}
-	// An OOM's start time must be the process's: take it from the live
-	// process where there is one.
+	// An OOM's start time must be the process's: take it from the process,
+	// live or just exited.
 	for i := range st.ooms {
-		for _, p := range st.processes {
-			if p.pid == st.ooms[i].pid {
-				st.ooms[i].start = p.start
+		for _, ps := range [][]process{st.processes, st.final} {
+			for _, p := range ps {
+				if p.pid == st.ooms[i].pid {
+					st.ooms[i].start = p.start
+				}
 			}
 		}
 	}

@@ -35,18 +35,16 @@ const (
 	minLead       = 2 * time.Minute  // OOM risk's warning before the OOM
 	minWarnedRuns = 0.9              // part of leak and growth OOMs warned minLead ahead
 	maxLeakDelay  = 10 * time.Minute // leak alert after the leak started
-	// minLeakCaught is the part of leak runs found within maxLeakDelay.
-	// Issue 9 asks for all of them; at a 15-second scrape the floor of a
-	// sawtooth is seen only when a scrape lands between steps, and leaks
-	// that reach OOM within about 8 minutes are not found in time (the OOM
-	// risk warns of them). docs/alerts.md has the figures.
-	minLeakCaught = 0.8
-	// maxLeakInGrowth is the part of growth runs in which the leak alert
-	// may fire: a climbing peak whose scrapes miss the floor for minutes
-	// looks like a leak. Issue 9 asks for none; docs/alerts.md says why
-	// that is out of reach with these metrics.
-	maxLeakInGrowth = 0.05
-	openAfter       = 30 * time.Minute // an alert is false when no OOM follows within this
+	// minLeakData is how long a leaking process must live for the leak
+	// alert to have the data it needs: the floor of active memory (the
+	// least of 2 minutes) leaves the process's start behind after 2m10s,
+	// the rule wants a climb in each of two 2-minute spans after that and
+	// the alert 2 minutes of for:, at 30-second evaluations. A leak that
+	// kills its process sooner (the scenario's fastest, an OOM 5 minutes
+	// after training starts) is left out of the leak figures (counted in
+	// the table's "too fast" column); the OOM risk alert warns of it.
+	minLeakData = 6*time.Minute + 30*time.Second
+	openAfter   = 30 * time.Minute // an alert is false when no OOM follows within this
 )
 
 // leadTimeRun is one scenario measured with some seeds for some time.
@@ -165,6 +163,7 @@ type stats struct {
 	riskLeads      []time.Duration // per uncaught OOM; -1: no warning
 	riskFalse      int
 	leakDelays     []time.Duration // per leak run; -1: not found
+	leakTooFast    int             // leak runs that OOMed before minLeakData, not found
 	leakFalse      int
 	fullLeads      []time.Duration // per OOM without a limit; -1: no warning
 	fullFalse      int
@@ -246,7 +245,10 @@ func measure(name string, tr *truth, eps []episode) map[string]*stats {
 			if on := first(alertLeak, r.workload, r.start, r.end); on >= 0 {
 				delay = on - r.start
 			}
-			if delay >= 0 || r.oom != nil || r.end-r.start >= maxLeakDelay {
+			switch {
+			case delay < 0 && r.oom != nil && r.oom.At-r.start < minLeakData:
+				s.leakTooFast++
+			case delay >= 0 || r.oom != nil || r.end-r.start >= maxLeakDelay:
 				s.leakDelays = append(s.leakDelays, delay)
 				if delay < 0 || delay > maxLeakDelay {
 					s.notes = append(s.notes, fmt.Sprintf("%s %s started %v, ended %v (OOM %v): found after %v", alertLeak, r.workload, r.start, r.end, r.oom != nil, delay))
@@ -454,6 +456,7 @@ func (m *stats) add(s *stats) {
 	m.riskLeads = append(m.riskLeads, s.riskLeads...)
 	m.riskFalse += s.riskFalse
 	m.leakDelays = append(m.leakDelays, s.leakDelays...)
+	m.leakTooFast += s.leakTooFast
 	m.leakFalse += s.leakFalse
 	m.fullLeads = append(m.fullLeads, s.fullLeads...)
 	m.fullFalse += s.fullFalse
@@ -502,14 +505,14 @@ func minutes(d time.Duration) string { return fmt.Sprintf("%.1fm", d.Minutes()) 
 
 func leadTimeTable(order []string, merged map[string]*stats) string {
 	var b strings.Builder
-	b.WriteString("| scenario: workload | runs | OOMs | OOM risk: warned ≥2m ahead | OOM risk: false | leak: found ≤10m after start | leak: false | GPU full soon: warned ahead | GPU full soon: false | fragmentation: runs | idle cache: runs | OOM alert: OOMs alerted | OOM alert: extra |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| scenario: workload | runs | OOMs | OOM risk: warned ≥2m ahead | OOM risk: false | leak: found ≤10m after start | leak: too fast | leak: false | GPU full soon: warned ahead | GPU full soon: false | fragmentation: runs | idle cache: runs | OOM alert: OOMs alerted | OOM alert: extra |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, k := range order {
 		s := merged[k]
-		fmt.Fprintf(&b, "| %s | %d | %d | %s | %d | %s | %d | %s | %d | %d | %d | %d/%d | %d |\n",
+		fmt.Fprintf(&b, "| %s | %d | %d | %s | %d | %s | %d | %d | %s | %d | %d | %d | %d/%d | %d |\n",
 			s.label(), s.runs, s.ooms,
 			summary(s.riskLeads, func(d time.Duration) bool { return d >= minLead }), s.riskFalse,
-			summary(s.leakDelays, func(d time.Duration) bool { return d >= 0 && d <= maxLeakDelay }), s.leakFalse,
+			summary(s.leakDelays, func(d time.Duration) bool { return d >= 0 && d <= maxLeakDelay }), s.leakTooFast, s.leakFalse,
 			summary(s.fullLeads, func(d time.Duration) bool { return d > 0 }), s.fullFalse,
 			s.fragRuns, s.idleRuns, s.oomAlerted, s.ooms, s.oomAlertExtra)
 	}
@@ -554,20 +557,15 @@ func checkTargets(t *testing.T, merged map[string]*stats) {
 		if healthy && s.fullFalse > 0 {
 			t.Errorf("%s: %s fired %d times, want never", s.label(), alertFullSoon, s.fullFalse)
 		}
-		switch s.kind {
-		case scenario.Leak, scenario.MultiRank:
-			n, f := fraction(s.leakDelays, func(d time.Duration) bool { return d >= 0 && d <= maxLeakDelay })
-			if f < minLeakCaught {
-				t.Errorf("%s: %s found %d of %d leaks within %v of their start, want at least %.0f%%", s.label(), alertLeak, n, len(s.leakDelays), maxLeakDelay, 100*minLeakCaught)
+		if s.kind == scenario.Leak || s.kind == scenario.MultiRank {
+			if n, _ := fraction(s.leakDelays, func(d time.Duration) bool { return d >= 0 && d <= maxLeakDelay }); n < len(s.leakDelays) {
+				t.Errorf("%s: %s found %d of %d leaks within %v of their start, want all", s.label(), alertLeak, n, len(s.leakDelays), maxLeakDelay)
 			}
-		case scenario.Growth:
-			if float64(s.leakFalse) > maxLeakInGrowth*float64(s.runs) {
-				t.Errorf("%s: %s fired %d times in %d runs, want at most %.0f%% of them", s.label(), alertLeak, s.leakFalse, s.runs, 100*maxLeakInGrowth)
-			}
-		default:
-			if s.leakFalse > 0 {
-				t.Errorf("%s: %s fired %d times on a workload that does not leak", s.label(), alertLeak, s.leakFalse)
-			}
+		} else if s.leakFalse > 0 {
+			t.Errorf("%s: %s fired %d times on a workload that does not leak", s.label(), alertLeak, s.leakFalse)
+		}
+		if s.oomAlerted < s.ooms {
+			t.Errorf("%s: %s fired for %d of %d OOMs, want every one (the exporter keeps an exited process's counters for --allocstats.oom-linger)", s.label(), alertOOM, s.oomAlerted, s.ooms)
 		}
 		if s.caughtAlerted < s.caughtOOMs {
 			t.Errorf("%s: %s fired for %d of %d OOMs that the process caught and lived on", s.label(), alertOOM, s.caughtAlerted, s.caughtOOMs)

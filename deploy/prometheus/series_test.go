@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/common/model"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gpumem/gpumem_exporter/allocstats"
 	"github.com/gpumem/gpumem_exporter/internal/doccheck"
 	"github.com/gpumem/gpumem_exporter/simulate/scenario"
 )
@@ -155,6 +156,11 @@ type procLife struct {
 	exited           time.Duration // 0 while alive at the end
 }
 
+// pollInterval is how often the exporter polls NVML and, in the simulated
+// node, how often each process reports its allocator state: about once a
+// second, as the Python client does.
+const pollInterval = time.Second
+
 // simulate runs scenario name with seed for d, polling every pollInterval,
 // and returns the series of every scrape and what happened.
 func simulate(name string, seed uint64, d time.Duration) (*seriesSet, *truth, error) {
@@ -164,13 +170,24 @@ func simulate(name string, seed uint64, d time.Duration) (*seriesSet, *truth, er
 	}
 	set := newSeriesSet()
 	tr := &truth{procs: map[int]*procLife{}, end: d}
-	peakUsed := map[int]uint64{}
-	// poll reads the node as the exporter does. Its poller's peak of used
-	// (1-second polls) is the allocator's peak reserved plus context.
+	exp := newExporter()
+	// poll reads the node as the exporter does: its poller's peak of used
+	// (the allocator's peak reserved plus context), the floor of active
+	// that the store keeps from each report (stamped with the simulated
+	// clock), and the processes that exited, kept for the OOM linger.
+	epoch := time.Unix(1_700_000_000, 0)
 	poll := func(dt time.Duration) scenario.Tick {
 		tk := n.Advance(dt)
 		for _, p := range tk.Processes {
-			peakUsed[p.PID] = max(peakUsed[p.PID], p.Context+p.PeakReserved)
+			exp.peakUsed[p.PID] = max(exp.peakUsed[p.PID], p.Context+p.PeakReserved)
+			if p.ReportsAllocator {
+				f := exp.floors[p.PID]
+				if f == nil {
+					f = &allocstats.ActiveFloor{}
+					exp.floors[p.PID] = f
+				}
+				f.Observe(epoch.Add(tk.Elapsed), p.Active)
+			}
 			if tr.procs[p.PID] == nil {
 				tr.procs[p.PID] = &procLife{Process: p, workload: workloadOf(p.Identity, p.PID)}
 			}
@@ -179,17 +196,37 @@ func simulate(name string, seed uint64, d time.Duration) (*seriesSet, *truth, er
 			if l := tr.procs[p.PID]; l != nil {
 				l.exited = tk.Elapsed
 			}
-			delete(peakUsed, p.PID)
+			delete(exp.peakUsed, p.PID)
+			delete(exp.floors, p.PID)
+			if p.ReportsAllocator && exp.linger > 0 {
+				exp.gone = append(exp.gone, goneProc{p, tk.Elapsed})
+			}
 		}
+		kept := exp.gone[:0]
+		for _, g := range exp.gone {
+			if tk.Elapsed-g.at < exp.linger {
+				kept = append(kept, g)
+			}
+		}
+		exp.gone = kept
 		tr.ooms = append(tr.ooms, tk.OOMs...)
 		return tk
 	}
-	exp := newExporter()
-	set.scrape(exp.scrape(poll(0), peakUsed))
+	set.scrape(exp.scrape(poll(0)))
 	for at := scrapeInterval; at <= d; at += scrapeInterval {
-		set.scrape(exp.scrape(poll(scrapeInterval), peakUsed))
+		var tk scenario.Tick
+		for t := time.Duration(0); t < scrapeInterval; t += pollInterval {
+			tk = poll(pollInterval)
+		}
+		set.scrape(exp.scrape(tk))
 	}
 	return set, tr, nil
+}
+
+// goneProc is a process that exited at at, in its last state.
+type goneProc struct {
+	scenario.Process
+	at time.Duration
 }
 
 // exporter turns a node's state into the series a scrape of
@@ -198,10 +235,18 @@ func simulate(name string, seed uint64, d time.Duration) (*seriesSet, *truth, er
 type exporter struct {
 	gpu, gpuInfo   map[int]string
 	proc, procInfo map[int]string
+	peakUsed       map[int]uint64
+	floors         map[int]*allocstats.ActiveFloor
+	// linger is --allocstats.oom-linger; gone holds the processes that
+	// exited within it, whose counters and process_info are still
+	// exported.
+	linger time.Duration
+	gone   []goneProc
 }
 
 func newExporter() *exporter {
-	return &exporter{gpu: map[int]string{}, gpuInfo: map[int]string{}, proc: map[int]string{}, procInfo: map[int]string{}}
+	return &exporter{gpu: map[int]string{}, gpuInfo: map[int]string{}, proc: map[int]string{}, procInfo: map[int]string{},
+		peakUsed: map[int]uint64{}, floors: map[int]*allocstats.ActiveFloor{}, linger: allocstats.DefaultOOMLinger}
 }
 
 func (e *exporter) gpuLabels(g int) (labels, info string) {
@@ -230,7 +275,8 @@ func (e *exporter) procLabels(p scenario.Process) (labels, info string) {
 }
 
 // scrape returns the series a scrape gets from the node's state tk.
-func (e *exporter) scrape(tk scenario.Tick, peakUsed map[int]uint64) map[string]float64 {
+func (e *exporter) scrape(tk scenario.Tick) map[string]float64 {
+	peakUsed := e.peakUsed
 	m := map[string]float64{}
 	m["gpumem_nvml_up"+labelBody("instance", instance, "job", scrapeJob)] = 1
 	for _, g := range tk.GPUs {
@@ -263,15 +309,34 @@ func (e *exporter) scrape(tk scenario.Tick, peakUsed map[int]uint64) map[string]
 		if p.Limit > 0 {
 			put("gpumem_allocator_limit_bytes", p.Limit)
 		}
-		put("gpumem_allocator_alloc_retries_total", p.AllocRetries)
-		put("gpumem_allocator_ooms_total", p.OOMs)
-		if p.OOMs > 0 {
-			put("gpumem_allocator_last_oom_request_bytes", p.LastOOMRequest)
-			m["gpumem_allocator_last_oom_timestamp_seconds"+pl] = p.LastOOMAt.Seconds()
+		if f := e.floors[p.PID]; f != nil {
+			if v, ok := f.Floor(); ok {
+				put("gpumem_allocator_active_floor_bytes", v)
+			}
 		}
-		m["gpumem_allocator_last_report_timestamp_seconds"+pl] = math.Floor(tk.Elapsed.Seconds())
+		e.counters(m, pl, p, tk.Elapsed)
+	}
+	// Processes that exited within the linger: their counters, last OOM
+	// and process_info, not their memory.
+	for _, g := range e.gone {
+		pl, info := e.procLabels(g.Process)
+		m["gpumem_process_info"+info] = 1
+		e.counters(m, pl, g.Process, g.at)
 	}
 	return m
+}
+
+// counters puts the allocator counters and last OOM of p, which last
+// reported at reported.
+func (e *exporter) counters(m map[string]float64, pl string, p scenario.Process, reported time.Duration) {
+	put := func(name string, v uint64) { m[name+pl] = float64(v) }
+	put("gpumem_allocator_alloc_retries_total", p.AllocRetries)
+	put("gpumem_allocator_ooms_total", p.OOMs)
+	if p.OOMs > 0 {
+		put("gpumem_allocator_last_oom_request_bytes", p.LastOOMRequest)
+		m["gpumem_allocator_last_oom_timestamp_seconds"+pl] = p.LastOOMAt.Seconds()
+	}
+	m["gpumem_allocator_last_report_timestamp_seconds"+pl] = math.Floor(reported.Seconds())
 }
 
 func containerID(p scenario.Process) string {
