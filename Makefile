@@ -15,7 +15,7 @@ FUZZCOUNT   ?= 3000x
 FUZZTIME    ?= 2m
 FUZZ_TARGETS := FuzzDecodeLine:./allocstats/ FuzzScanWire:./allocstats/ FuzzParseCgroup:./workload/
 
-.PHONY: all build test test-go test-python fuzz fuzz-long lint bench clean
+.PHONY: all build test test-go test-leadtime test-python fuzz fuzz-long lint bench clean
 
 all: build
 
@@ -23,11 +23,18 @@ build:
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o gpumem_exporter .
 
 # The whole test suite: Go (race detector, end-to-end against the built
-# binary), a short fuzz run of the wire decoder, and the Python client.
-test: test-go fuzz test-python
+# binary), the alerts' lead-time test, a short fuzz run of the wire
+# decoder and the cgroup parser, and the Python client.
+test: test-go test-leadtime fuzz test-python
 
 test-go:
 	$(GO) test -race -count=1 ./...
+
+# The lead-time test measures the alert rules over simulated days with
+# promtool; it skips itself under -race (nothing shared to race on, twice
+# as slow) and runs here without.
+test-leadtime:
+	$(GO) test -count=1 -run '^TestAlertLeadTime$$' ./deploy/prometheus/
 
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
