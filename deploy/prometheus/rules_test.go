@@ -15,10 +15,13 @@ import (
 var update = flag.Bool("update", false, "rewrite prometheusrule.yaml from rules.yml")
 
 const (
-	rulesFile          = "rules.yml"
-	rulesTestFile      = "rules_test.yml"
-	prometheusRuleFile = "prometheusrule.yaml"
-	metricsDoc         = "../../docs/metrics.md"
+	rulesFile     = "rules.yml"
+	rulesTestFile = "rules_test.yml"
+	// rulesPodModeTestFile tests the rules with
+	// --collector.process.aggregate=pod: containers sharing a GPU, pid="".
+	rulesPodModeTestFile = "rules_podmode_test.yml"
+	prometheusRuleFile   = "prometheusrule.yaml"
+	metricsDoc           = "../../docs/metrics.md"
 )
 
 func runPromtool(t *testing.T, args ...string) {
@@ -37,6 +40,11 @@ func TestRulesPassPromtoolCheck(t *testing.T) {
 func TestRulesPassTheirUnitTests(t *testing.T) {
 	t.Parallel()
 	runPromtool(t, "test", "rules", rulesTestFile)
+}
+
+func TestRulesPassTheirPodModeUnitTests(t *testing.T) {
+	t.Parallel()
+	runPromtool(t, "test", "rules", rulesPodModeTestFile)
 }
 
 func readFile(t *testing.T, path string) string {
