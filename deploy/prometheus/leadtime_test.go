@@ -348,15 +348,15 @@ func TestAlertLeadTime(t *testing.T) {
 	if keep := os.Getenv("GPUMEM_LEADTIME_DIR"); keep != "" {
 		dir = keep // keep the generated files to look at
 	}
-	rulesPath, err := rulesWithoutAnnotations(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
 	alerts := []string{alertOOMRisk, alertLeak, alertFullSoon, alertFragmentation, alertOOM, alertIdleCache}
 	for _, a := range alerts {
 		if _, ok := alertBodies(t)[a]; !ok {
 			t.Fatalf("%s has no alert %s", rulesFile, a)
 		}
+	}
+	rulesPath, names, err := rulesForAlerts(dir, alerts)
+	if err != nil {
+		t.Fatal(err)
 	}
 
 	type job struct {
@@ -401,7 +401,7 @@ func TestAlertLeadTime(t *testing.T) {
 				return
 			}
 			file := filepath.Join(dir, fmt.Sprintf("%s-%d.yml", j.run.scenario, j.seed))
-			if err := writeTestFile(file, rulesPath, set, alerts, evalInterval); err != nil {
+			if err := writeTestFile(file, rulesPath, set, names, alerts, evalInterval); err != nil {
 				errs[i] = err
 				return
 			}

@@ -353,45 +353,127 @@ func podUID(p scenario.Process) string {
 	return fmt.Sprintf("%08x-0000-4000-8000-%012x", len(p.Pod), len(p.Namespace))
 }
 
-// rulesWithoutAnnotations writes rules.yml without its annotations to dir:
-// they take no part in when an alert fires, and expanding their queries
-// at every evaluation would only slow promtool down.
-func rulesWithoutAnnotations(dir string) (string, error) {
+// promqlName matches what may be a metric name in a PromQL expression; it
+// also matches function and label names, which only keeps more than needed.
+var promqlName = regexp.MustCompile(`[a-zA-Z_:][a-zA-Z0-9_:]*`)
+
+// rulesForAlerts writes to dir the rules of rules.yml that the named alerts
+// need: the alerts themselves and, transitively, the recording rules their
+// expressions read, in their groups and order, without annotations (they
+// take no part in when an alert fires; expanding their queries at every
+// evaluation would only slow promtool down). The other rules cannot change
+// when these fire, and evaluating them is most of promtool's time. It
+// returns the file's path and the metric names the kept rules read, for
+// writeTestFile to feed only those series.
+func rulesForAlerts(dir string, alerts []string) (string, map[string]bool, error) {
 	raw, err := os.ReadFile(rulesFile)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	var doc struct {
 		Groups []map[string]any `json:"groups"`
 	}
 	if err := yaml.Unmarshal(raw, &doc); err != nil {
-		return "", fmt.Errorf("parsing %s: %w", rulesFile, err)
+		return "", nil, fmt.Errorf("parsing %s: %w", rulesFile, err)
+	}
+	recorded := map[string]string{} // recorded name -> its expression
+	for _, g := range doc.Groups {
+		rules, _ := g["rules"].([]any)
+		for _, r := range rules {
+			if rule, ok := r.(map[string]any); ok {
+				if rec, ok := rule["record"].(string); ok {
+					recorded[rec], _ = rule["expr"].(string)
+				}
+			}
+		}
+	}
+	wanted := map[string]bool{}
+	for _, a := range alerts {
+		wanted[a] = true
+	}
+	// reads: every name the kept rules read, recording rules included.
+	reads := map[string]bool{}
+	var visit func(expr string)
+	visit = func(expr string) {
+		if strings.Contains(expr, "__name__") {
+			reads["__name__"] = true // a selector by regex: keep every series
+		}
+		for _, n := range promqlName.FindAllString(expr, -1) {
+			if reads[n] {
+				continue
+			}
+			reads[n] = true
+			if e, ok := recorded[n]; ok {
+				visit(e)
+			}
+		}
 	}
 	for _, g := range doc.Groups {
 		rules, _ := g["rules"].([]any)
 		for _, r := range rules {
 			if rule, ok := r.(map[string]any); ok {
-				delete(rule, "annotations")
+				if name, ok := rule["alert"].(string); ok && wanted[name] {
+					e, _ := rule["expr"].(string)
+					visit(e)
+				}
 			}
 		}
 	}
+	kept := 0
+	for _, g := range doc.Groups {
+		rules, _ := g["rules"].([]any)
+		var keep []any
+		for _, r := range rules {
+			rule, ok := r.(map[string]any)
+			if !ok {
+				continue
+			}
+			alert, _ := rule["alert"].(string)
+			rec, _ := rule["record"].(string)
+			if wanted[alert] || reads[rec] && rec != "" {
+				delete(rule, "annotations")
+				keep = append(keep, rule)
+				if alert != "" {
+					kept++
+				}
+			}
+		}
+		g["rules"] = keep
+	}
+	if kept != len(alerts) {
+		return "", nil, fmt.Errorf("%s: %d of the alerts %v found", rulesFile, kept, alerts)
+	}
+	var groups []map[string]any
+	for _, g := range doc.Groups {
+		if rules, _ := g["rules"].([]any); len(rules) > 0 {
+			groups = append(groups, g)
+		}
+	}
+	doc.Groups = groups
 	out, err := yaml.Marshal(doc)
 	if err != nil {
-		return "", err
+		return "", nil, err
+	}
+	if reads["__name__"] {
+		reads = nil // every series
 	}
 	path := dir + "/rules.yml"
-	return path, os.WriteFile(path, out, 0o644)
+	return path, reads, os.WriteFile(path, out, 0o644)
 }
 
 // writeTestFile writes a promtool unit test file that feeds set to the
 // rules at rulesPath and asks, at every evaluation, for no alert of each
-// name: promtool then lists every alert that fires, as a failure.
-func writeTestFile(path, rulesPath string, set *seriesSet, alerts []string, evalEvery time.Duration) error {
+// name: promtool then lists every alert that fires, as a failure. With
+// names not nil, only the series of those metric names are fed.
+func writeTestFile(path, rulesPath string, set *seriesSet, names map[string]bool, alerts []string, evalEvery time.Duration) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "rule_files:\n  - %s\nevaluation_interval: %s\ntests:\n  - interval: %s\n    input_series:\n",
 		rulesPath, model.Duration(evalEvery), model.Duration(scrapeInterval))
 	keys := make([]string, 0, len(set.byKey))
 	for k := range set.byKey {
+		if names != nil && !names[metricName(k)] {
+			continue
+		}
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
@@ -541,7 +623,7 @@ func TestPromtoolFiringsReadsPromtoolsFailures(t *testing.T) {
 		set.scrape(map[string]float64{`x{workload="ml/a b"}`: v})
 	}
 	file := filepath.Join(dir, "test.yml")
-	if err := writeTestFile(file, rules, set, []string{"High"}, 15*time.Second); err != nil {
+	if err := writeTestFile(file, rules, set, nil, []string{"High"}, 15*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	fs, err := promtoolFirings(promtool, file)
@@ -560,4 +642,12 @@ func TestPromtoolFiringsReadsPromtoolsFailures(t *testing.T) {
 	if len(eps) != 2 || eps[0].onset != 15*time.Second || eps[0].end != 30*time.Second || eps[1].onset != 75*time.Second {
 		t.Errorf("episodes = %+v, want 15s-30s and 1m15s", eps)
 	}
+}
+
+// metricName is the metric name of a series key, name{labels}.
+func metricName(key string) string {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		return key[:i]
+	}
+	return key
 }
