@@ -6,6 +6,8 @@ import (
 	"github.com/go-kit/log"
 	"github.com/go-kit/log/level"
 	"golang.org/x/sys/unix"
+
+	"github.com/gpumem/gpumem_exporter/workload"
 )
 
 // fdReserve is what the daemon needs beside its connection caps: the
@@ -23,7 +25,8 @@ const healthMaxConnections = 8
 // each HTTP connection one. When they do not fit, it lowers
 // --allocstats.max-connections (and the per-uid cap with it), so that an
 // HTTP flood can never take the descriptors the socket needs, nor the
-// reverse.
+// reverse. What is left, up to workload.MaxPidfds, is the process
+// resolver's: a pidfd per GPU process it watches.
 func fitFileLimit(o *options, logger log.Logger) error {
 	var lim unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
@@ -42,7 +45,7 @@ func fitFileLimit(o *options, logger log.Logger) error {
 		return err
 	}
 	kv := []any{"open_file_limit", lim.Cur, "allocstats_max_connections", o.maxConnections,
-		"web_max_connections", o.webMaxConnections * webListeners(o), "reserve", fdReserve}
+		"web_max_connections", o.webMaxConnections * webListeners(o), "reserve", fdReserve, "process_pidfds", o.pidfds}
 	if o.maxConnections < before {
 		level.Warn(logger).Log(append([]any{"msg", "Lowered --allocstats.max-connections to fit the open file limit (raise it with ulimit -n or LimitNOFILE=)", "asked", before}, kv...)...)
 		return nil
@@ -59,7 +62,8 @@ func webListeners(o *options) int {
 }
 
 // fitConnections lowers o.maxConnections (and o.maxConnectionsPerUID) so
-// that 2 per socket connection, the HTTP caps and fdReserve fit in limit.
+// that 2 per socket connection, the HTTP caps and fdReserve fit in limit,
+// and gives what is left, up to workload.MaxPidfds, to o.pidfds.
 func fitConnections(limit uint64, o *options) error {
 	web := uint64(o.webMaxConnections * webListeners(o))
 	if o.healthAddress != "" {
@@ -67,6 +71,7 @@ func fitConnections(limit uint64, o *options) error {
 	}
 	need := 2*uint64(o.maxConnections) + web + fdReserve
 	if need <= limit {
+		o.pidfds = int(min(limit-need, workload.MaxPidfds))
 		return nil
 	}
 	const least = 16
@@ -76,5 +81,6 @@ func fitConnections(limit uint64, o *options) error {
 	}
 	o.maxConnections = int((limit - web - fdReserve) / 2)
 	o.maxConnectionsPerUID = min(o.maxConnectionsPerUID, o.maxConnections)
+	o.pidfds = 0 // none to spare: processes are checked through /proc
 	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/prometheus/exporter-toolkit/web"
+
+	"github.com/gpumem/gpumem_exporter/workload"
 )
 
 // TestSecurityFileLimitFitsTheConnectionCaps: the connection caps are
@@ -16,9 +18,12 @@ func TestSecurityFileLimitFitsTheConnectionCaps(t *testing.T) {
 		conns, perUID, web    int
 		health                bool
 		wantConns, wantPerUID int
+		wantPidfds            int
 		wantErr               bool
 	}{
-		{limit: 1 << 20, conns: 1024, perUID: 64, web: 64, wantConns: 1024, wantPerUID: 64},
+		{limit: 1 << 20, conns: 1024, perUID: 64, web: 64, wantConns: 1024, wantPerUID: 64, wantPidfds: workload.MaxPidfds},
+		// What the caps leave goes to the resolver's pidfds.
+		{limit: 2048 + 64 + 128 + 100, conns: 1024, perUID: 64, web: 64, wantConns: 1024, wantPerUID: 64, wantPidfds: 100},
 		// 1024 descriptors: 64 HTTP, 128 reserved, the rest for the socket at two each.
 		{limit: 1024, conns: 1024, perUID: 64, web: 64, wantConns: (1024 - 64 - 128) / 2, wantPerUID: 64},
 		{limit: 1024, conns: 1024, perUID: 1000, web: 64, health: true, wantConns: (1024 - 72 - 128) / 2, wantPerUID: (1024 - 72 - 128) / 2},
@@ -35,8 +40,8 @@ func TestSecurityFileLimitFitsTheConnectionCaps(t *testing.T) {
 			t.Errorf("limit %d: err = %v, want error %v", tc.limit, err, tc.wantErr)
 			continue
 		}
-		if !tc.wantErr && (o.maxConnections != tc.wantConns || o.maxConnectionsPerUID != tc.wantPerUID) {
-			t.Errorf("limit %d: caps %d and %d per uid, want %d and %d", tc.limit, o.maxConnections, o.maxConnectionsPerUID, tc.wantConns, tc.wantPerUID)
+		if !tc.wantErr && (o.maxConnections != tc.wantConns || o.maxConnectionsPerUID != tc.wantPerUID || o.pidfds != tc.wantPidfds) {
+			t.Errorf("limit %d: caps %d and %d per uid, %d pidfds; want %d and %d, %d", tc.limit, o.maxConnections, o.maxConnectionsPerUID, o.pidfds, tc.wantConns, tc.wantPerUID, tc.wantPidfds)
 		}
 	}
 }

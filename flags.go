@@ -43,6 +43,7 @@ type options struct {
 	maxDevices             int
 	idleTimeout, ttl       time.Duration
 	maxConnectionsPerUID   int
+	pidfds                 int // the resolver's pidfds: what the file limit leaves, up to workload.MaxPidfds (set by fitFileLimit)
 	maxProcesses           int
 	maxProcessesPerUID     int
 	maxBufferedBytes       int

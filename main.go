@@ -203,6 +203,7 @@ func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, er
 		podLookup, podHealth = podWatch, podWatch
 	}
 	resolver := workload.NewProcResolver(o.procPath, podLookup, log.With(logger, "component", "workload"))
+	resolver.SetMaxPidfds(o.pidfds)
 
 	var lib nvml.Interface = nvml.New()
 	var sim *simulate.Node

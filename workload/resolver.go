@@ -14,12 +14,23 @@ import (
 // pids past it in one Refresh are not resolved.
 const MaxCachedProcesses = 65536
 
+// MaxPidfds is the most pidfds the resolver holds by default (one per
+// process it watches); processes past it are checked through /proc.
+const MaxPidfds = 1024
+
 // ProcResolver is a Resolver that reads /proc under procPath and names
 // Kubernetes pods and containers through a PodLookup.
 //
 // Refresh runs in one goroutine (the poller); Lookup may run in any number
 // of scrapes at once. Refresh builds a new map and publishes it atomically,
 // so a lookup never waits for /proc.
+//
+// Where procPath is a procfs of the exporter's own pid namespace, the
+// resolver holds a pidfd of each process it resolved: while the pidfd says
+// the process runs, the pid cannot have been reused and nothing is read
+// again; one poll(2) over all of them a Refresh asks which exited. Without
+// a pidfd (another namespace, an old kernel, past the cap), each Refresh
+// reads /proc/<pid>/stat and compares the start time.
 type ProcResolver struct {
 	procPath string
 	pods     PodLookup
@@ -29,6 +40,12 @@ type ProcResolver struct {
 	cache     atomic.Pointer[map[uint32]cacheEntry]
 	capWarned bool // guarded by refreshMu
 	maxCached int  // MaxCachedProcesses; smaller in tests
+
+	// Guarded by refreshMu.
+	watch    bool   // pidfds name the processes of procPath
+	maxFDs   int    // most pidfds held
+	openFDs  int    // pidfds held now
+	statRead uint64 // /proc/<pid>/stat reads, for tests
 }
 
 type cacheEntry struct {
@@ -39,6 +56,9 @@ type cacheEntry struct {
 	failed bool
 	// gone: the failure was that the process does not exist.
 	gone bool
+	// pidfd names the process of info (opened after its start time was
+	// read and checked again after); -1 when there is none.
+	pidfd int
 }
 
 var _ Resolver = (*ProcResolver)(nil)
@@ -54,14 +74,47 @@ func NewProcResolver(procPath string, pods PodLookup, logger log.Logger) *ProcRe
 		pods:      pods,
 		logger:    logger,
 		maxCached: MaxCachedProcesses,
+		watch:     sameNamespace(procPath),
+		maxFDs:    MaxPidfds,
 	}
 	empty := map[uint32]cacheEntry{}
 	r.cache.Store(&empty)
 	return r
 }
 
-// Refresh implements Resolver. It reads one /proc/<pid>/stat per pid, and
-// comm, status and cgroup only for pids that are new or were reused.
+// SetMaxPidfds sets how many pidfds the resolver may hold (the exporter's
+// file descriptor budget); 0 checks every process through /proc. Call it
+// before the first Refresh.
+func (r *ProcResolver) SetMaxPidfds(n int) {
+	r.refreshMu.Lock()
+	defer r.refreshMu.Unlock()
+	r.maxFDs = max(n, 0)
+}
+
+// Watching reports whether the resolver watches processes through pidfds.
+func (r *ProcResolver) Watching() bool {
+	r.refreshMu.Lock()
+	defer r.refreshMu.Unlock()
+	return r.watch && r.maxFDs > 0
+}
+
+// Close releases the pidfds. The resolver must not be refreshed after.
+func (r *ProcResolver) Close() {
+	r.refreshMu.Lock()
+	defer r.refreshMu.Unlock()
+	empty := map[uint32]cacheEntry{}
+	for _, e := range *r.cache.Swap(&empty) {
+		if e.pidfd >= 0 {
+			closePidfd(e.pidfd)
+		}
+	}
+	r.openFDs = 0
+	r.watch = false
+}
+
+// Refresh implements Resolver. It reads /proc/<pid>/stat of each pid that
+// has no pidfd or whose pidfd says it exited, and comm, status and cgroup
+// only for pids that are new or were reused.
 func (r *ProcResolver) Refresh(pids []uint32) {
 	r.refreshMu.Lock()
 	defer r.refreshMu.Unlock()
@@ -74,34 +127,97 @@ func (r *ProcResolver) Refresh(pids []uint32) {
 		pids = pids[:r.maxCached]
 	}
 	old := *r.cache.Load()
+	exited := r.exited(old)
 	next := make(map[uint32]cacheEntry, len(pids))
 	for _, pid := range pids {
 		if _, done := next[pid]; done {
 			continue
 		}
-		next[pid] = r.resolve(pid, old)
+		next[pid] = r.resolve(pid, old, exited[pid])
 	}
 	r.cache.Store(&next)
+	// A pidfd not carried into next names a process no longer listed, or
+	// one that exited: nothing reads it any more.
+	for pid, e := range old {
+		if n, kept := next[pid]; e.pidfd >= 0 && (!kept || n.pidfd != e.pidfd) {
+			closePidfd(e.pidfd)
+			r.openFDs--
+		}
+	}
 }
 
-// resolve returns the entry for pid, reusing the cached one while the
-// start time says it is the same process.
-func (r *ProcResolver) resolve(pid uint32, old map[uint32]cacheEntry) cacheEntry {
+// exited returns the pids of old whose pidfd says the process exited.
+func (r *ProcResolver) exited(old map[uint32]cacheEntry) map[uint32]bool {
+	var pids []uint32
+	var fds []int
+	for pid, e := range old {
+		if e.pidfd >= 0 {
+			pids = append(pids, pid)
+			fds = append(fds, e.pidfd)
+		}
+	}
+	out := make(map[uint32]bool, len(pids))
+	for i, gone := range exitedPidfds(fds) {
+		if gone {
+			out[pids[i]] = true
+		}
+	}
+	return out
+}
+
+// resolve returns the entry for pid. A cached process whose pidfd says it
+// still runs is reused as it is; otherwise the start time is read, and the
+// cached entry is reused while it says the same process.
+func (r *ProcResolver) resolve(pid uint32, old map[uint32]cacheEntry, exited bool) cacheEntry {
 	prev, known := old[pid]
+	if known && prev.pidfd >= 0 && !exited {
+		return prev
+	}
+	r.statRead++
 	start, err := StartTime(r.procPath, pid)
 	if err != nil {
 		r.logReadError(pid, "stat", err, known && prev.failed)
-		return cacheEntry{info: Info{PID: pid}, failed: true, gone: errors.Is(err, fs.ErrNotExist)}
+		return cacheEntry{info: Info{PID: pid}, failed: true, gone: errors.Is(err, fs.ErrNotExist), pidfd: -1}
 	}
 	if known && !prev.failed && prev.info.StartTime == start {
+		// The same process (a zombie, whose pidfd reads as exited, or
+		// one without a pidfd yet).
+		if prev.pidfd < 0 {
+			prev.pidfd = r.open(pid, start)
+		}
 		return prev
 	}
 	info, err := r.read(pid, start)
 	if err != nil {
 		r.logReadError(pid, "details", err, known && prev.failed)
-		return cacheEntry{info: Info{PID: pid}, failed: true, gone: errors.Is(err, fs.ErrNotExist)}
+		return cacheEntry{info: Info{PID: pid}, failed: true, gone: errors.Is(err, fs.ErrNotExist), pidfd: -1}
 	}
-	return cacheEntry{info: info}
+	return cacheEntry{info: info, pidfd: r.open(pid, start)}
+}
+
+// open returns a pidfd of the process pid that started at start, or -1.
+// The start time is read again after the pidfd is opened: the same start
+// time before and after means the pid named that process throughout, so
+// the pidfd names it.
+func (r *ProcResolver) open(pid uint32, start uint64) int {
+	if !r.watch || r.openFDs >= r.maxFDs {
+		return -1
+	}
+	fd, unsupported, err := openPidfd(pid)
+	if err != nil {
+		if unsupported {
+			level.Info(r.logger).Log("msg", "no pidfds here; processes are checked through /proc at every poll", "err", err)
+			r.watch = false
+		}
+		return -1
+	}
+	r.statRead++
+	if again, err := StartTime(r.procPath, pid); err != nil || again != start {
+		closePidfd(fd)
+		return -1
+	}
+	r.openFDs++
+	return fd
 }
 
 // Alive answers from the last Refresh whether the process pid that started
