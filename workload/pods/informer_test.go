@@ -131,8 +131,9 @@ func newPodSource(pods ...*corev1.Pod) *podSource {
 	return s
 }
 
-// IsWatchListSemanticsUnSupported tells the reflector to list, then watch,
-// as the fake clientset did: this source cannot send initial events.
+// IsWatchListSemanticsUnSupported makes the reflector list, then watch
+// from the list's version: this source sends no watch list's initial
+// events. (TestPodsFromAnAPIServer covers the watch list.)
 func (s *podSource) IsWatchListSemanticsUnSupported() bool { return true }
 
 func (s *podSource) List(o metav1.ListOptions) (runtime.Object, error) {
