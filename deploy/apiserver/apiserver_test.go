@@ -18,7 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 )
 
@@ -199,7 +199,10 @@ func testPodSecurity(t *testing.T, c *cluster) {
 			// wants before it admits a pod.
 			ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 			defer cancel()
-			_, err := c.client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{})
+			_, err := create(ctx, c.dynamic.Resource(serviceAccounts).Namespace(ns), &corev1.ServiceAccount{
+				TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"},
+				ObjectMeta: metav1.ObjectMeta{Name: "default"},
+			}, metav1.CreateOptions{})
 			if err != nil && !apierrors.IsAlreadyExists(err) {
 				t.Fatal(err)
 			}
@@ -227,11 +230,12 @@ func testPodSecurity(t *testing.T, c *cluster) {
 
 			job := manifestcheck.One[batchv1.Job](t, manifestcheck.DecodeFile(t, path))
 			pod := &corev1.Pod{
+				TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 				ObjectMeta: metav1.ObjectMeta{Name: job.Name, Labels: job.Spec.Template.Labels},
 				Spec:       job.Spec.Template.Spec,
 			}
 			c.warnings.take()
-			_, err = c.client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{FieldValidation: metav1.FieldValidationStrict})
+			_, err = create(ctx, c.dynamic.Resource(pods).Namespace(ns), pod, metav1.CreateOptions{FieldValidation: metav1.FieldValidationStrict})
 			switch {
 			case tc.forbidden == "" && err != nil:
 				t.Errorf("the Job's pod was not admitted in a %s namespace: %v", tc.level, err)
@@ -375,14 +379,17 @@ func checkServiceAccount(t *testing.T, c *cluster, docs []document) {
 		{verb: "list", resource: "csidrivers", group: "storage.k8s.io"},
 	}
 	check := func(a access, want bool) {
-		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-			User:   user,
-			Groups: groups,
-			ResourceAttributes: &authorizationv1.ResourceAttributes{
-				Verb: a.verb, Group: a.group, Resource: a.resource, Subresource: a.subresource, Namespace: a.namespace,
+		sar := &authorizationv1.SubjectAccessReview{
+			TypeMeta: metav1.TypeMeta{APIVersion: "authorization.k8s.io/v1", Kind: "SubjectAccessReview"},
+			Spec: authorizationv1.SubjectAccessReviewSpec{
+				User:   user,
+				Groups: groups,
+				ResourceAttributes: &authorizationv1.ResourceAttributes{
+					Verb: a.verb, Group: a.group, Resource: a.resource, Subresource: a.subresource, Namespace: a.namespace,
+				},
 			},
-		}}
-		got, err := c.client.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+		}
+		got, err := create(ctx, c.dynamic.Resource(subjectAccessReviews), sar, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatalf("SubjectAccessReview: %v", err)
 		}
@@ -410,42 +417,44 @@ func checkServiceAccount(t *testing.T, c *cluster, docs []document) {
 
 	// And as the exporter would do it: list and watch its node's pods.
 	opts := metav1.ListOptions{FieldSelector: "spec.nodeName=gpu-node-1"}
-	if _, err := exporter.CoreV1().Pods("").List(ctx, opts); err != nil {
+	if _, err := exporter.Resource(pods).List(ctx, opts); err != nil {
 		t.Errorf("as %s: list pods on a node: %v", user, err)
 	}
-	w, err := exporter.CoreV1().Pods("").Watch(ctx, opts)
+	w, err := exporter.Resource(pods).Watch(ctx, opts)
 	if err != nil {
 		t.Errorf("as %s: watch pods on a node: %v", user, err)
 	} else {
 		w.Stop()
 	}
-	if _, err := exporter.CoreV1().Pods("jobs-restricted").Get(ctx, "gpumem-example", metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+	if _, err := exporter.Resource(pods).Namespace("jobs-restricted").Get(ctx, "gpumem-example", metav1.GetOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("as %s: get a pod: want Forbidden, got %v", user, err)
 	}
-	if _, err := exporter.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+	if _, err := exporter.Resource(secrets).Namespace(ns).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("as %s: list secrets: want Forbidden, got %v", user, err)
 	}
 }
 
 // impersonate returns a client acting as user (a ServiceAccount's name: the
 // API server adds its groups).
-func impersonate(t *testing.T, c *cluster, user string) kubernetes.Interface {
+func impersonate(t *testing.T, c *cluster, user string) dynamic.Interface {
 	t.Helper()
 	cfg := rest.CopyConfig(c.config)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
-	cs, err := kubernetes.NewForConfig(cfg)
+	client, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return cs
+	return client
 }
 
 // rules returns what the client may do in ns, one "verb resource[.group]
 // [names]" or "verb URL" per entry, sorted.
-func rules(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns string) []string {
+func rules(ctx context.Context, t *testing.T, client dynamic.Interface, ns string) []string {
 	t.Helper()
-	r, err := cs.AuthorizationV1().SelfSubjectRulesReviews().Create(ctx,
-		&authorizationv1.SelfSubjectRulesReview{Spec: authorizationv1.SelfSubjectRulesReviewSpec{Namespace: ns}}, metav1.CreateOptions{})
+	r, err := create(ctx, client.Resource(selfSubjectRulesReviews), &authorizationv1.SelfSubjectRulesReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "authorization.k8s.io/v1", Kind: "SelfSubjectRulesReview"},
+		Spec:     authorizationv1.SelfSubjectRulesReviewSpec{Namespace: ns},
+	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("SelfSubjectRulesReview: %v", err)
 	}

@@ -29,12 +29,13 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	"sigs.k8s.io/yaml"
@@ -216,7 +217,6 @@ func (w *warnings) take() []string {
 // cluster is a running etcd and kube-apiserver, with an admin's clients.
 type cluster struct {
 	config   *rest.Config // the admin's (group system:masters)
-	client   kubernetes.Interface
 	dynamic  dynamic.Interface
 	mapper   *restmapper.DeferredDiscoveryRESTMapper
 	warnings *warnings
@@ -310,9 +310,6 @@ func startCluster(t *testing.T) *cluster {
 		WarningHandler:  w,
 	}
 	c := &cluster{config: cfg, warnings: w}
-	if c.client, err = kubernetes.NewForConfig(cfg); err != nil {
-		t.Fatal(err)
-	}
 	if c.dynamic, err = dynamic.NewForConfig(cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -328,6 +325,35 @@ func startCluster(t *testing.T) *cluster {
 	t.Logf("kube-apiserver %s (%s), etcd %s", v.GitVersion, apiserverBin, etcdBin)
 	c.mapper = restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
 	return c
+}
+
+// The resources that the tests create or read with typed objects, through
+// the dynamic client: the typed clientset (k8s.io/client-go/kubernetes)
+// would compile every API group's client into the test.
+var (
+	serviceAccounts         = schema.GroupVersionResource{Version: "v1", Resource: "serviceaccounts"}
+	pods                    = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+	secrets                 = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
+	subjectAccessReviews    = schema.GroupVersionResource{Group: "authorization.k8s.io", Version: "v1", Resource: "subjectaccessreviews"}
+	selfSubjectRulesReviews = schema.GroupVersionResource{Group: "authorization.k8s.io", Version: "v1", Resource: "selfsubjectrulesreviews"}
+)
+
+// create creates obj, a typed object whose TypeMeta is set, through r and
+// returns what the server answered, decoded into the same type.
+func create[T any](ctx context.Context, r dynamic.ResourceInterface, obj *T, opts metav1.CreateOptions) (*T, error) {
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return nil, fmt.Errorf("converting %T: %w", obj, err)
+	}
+	u, err := r.Create(ctx, &unstructured.Unstructured{Object: m}, opts)
+	if err != nil {
+		return nil, err
+	}
+	out := new(T)
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, out); err != nil {
+		return nil, fmt.Errorf("converting the server's %s: %w", u.GetKind(), err)
+	}
+	return out, nil
 }
 
 // get GETs url (with a bearer token if not empty) and returns the body; a

@@ -3,8 +3,6 @@ package pods
 import (
 	"testing"
 
-	"k8s.io/client-go/kubernetes/fake"
-
 	"github.com/gpumem/gpumem_exporter/internal/procfixture"
 	"github.com/gpumem/gpumem_exporter/workload"
 )
@@ -34,11 +32,11 @@ func TestAttributionEndToEnd(t *testing.T) {
 	procfixture.Write(t, proc, plainPid, procfixture.Process{Comm: "blender", Start: 1300, UID: "1000",
 		Cgroup: "0::/user.slice/user-1000.slice/session-3.scope\n"})
 
-	client := fake.NewClientset(
+	source := newPodSource(
 		newPod("ml", "trainer-0", podU, withContainers(status("pytorch", "containerd://"+idA))),
 		newPod("infer", "server-1", podV, withContainers(status("triton", "cri-o://"+idC))),
 	)
-	pods, _ := startInformer(t, client)
+	pods, _ := startInformer(t, source)
 	r := workload.NewProcResolver(proc, pods, nil)
 	r.Refresh([]uint32{trainerPid, serverPid, slurmPid, plainPid, gonePid})
 

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -22,8 +23,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -100,30 +99,136 @@ func newPod(namespace, name, uid string, opts ...podOption) *corev1.Pod {
 	return p
 }
 
-// fakeListWatch lists and watches all pods of a fake clientset, as
-// PodListWatch does on an API server.
-func fakeListWatch(client *fake.Clientset) cache.ListerWatcher {
-	pods := client.CoreV1().Pods(metav1.NamespaceAll)
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return pods.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return pods.Watch(ctx, o)
-		},
-	}
-	return cache.ToListWatcherWithWatchListSemantics(lw, client)
+// podSource is the API server of these tests: a cache.ListerWatcher that
+// lists its pods and sends later changes to every watch. Each change gets
+// the next resource version, and a watch first replays the changes after
+// the version it starts from, so that none made between the informer's
+// list and its watch is lost.
+type podSource struct {
+	// beforeList, when set, runs before every list; an error it returns is
+	// the list's.
+	beforeList func() error
+
+	mu      sync.Mutex
+	pods    map[string]*corev1.Pod // by namespace/name
+	version int
+	history []watch.Event // every change; history[i] made version initial+i+1
+	initial int           // the version of the last pod given to newPodSource
+	watches []*watch.RaceFreeFakeWatcher
 }
 
-// startInformer runs a Informer on client and waits for its first list.
-func startInformer(t *testing.T, client *fake.Clientset) (*Informer, *prometheus.Registry) {
+var _ cache.ListerWatcherWithContext = (*podSource)(nil)
+
+func newPodSource(pods ...*corev1.Pod) *podSource {
+	s := &podSource{pods: map[string]*corev1.Pod{}}
+	for _, p := range pods {
+		s.version++
+		p = p.DeepCopy()
+		p.ResourceVersion = strconv.Itoa(s.version)
+		s.pods[p.Namespace+"/"+p.Name] = p
+	}
+	s.initial = s.version
+	return s
+}
+
+// IsWatchListSemanticsUnSupported makes the reflector list, then watch
+// from the list's version: this source sends no watch list's initial
+// events. (TestPodsFromAnAPIServer covers the watch list.)
+func (s *podSource) IsWatchListSemanticsUnSupported() bool { return true }
+
+func (s *podSource) List(o metav1.ListOptions) (runtime.Object, error) {
+	return s.ListWithContext(context.Background(), o)
+}
+
+func (s *podSource) ListWithContext(context.Context, metav1.ListOptions) (runtime.Object, error) {
+	if s.beforeList != nil {
+		if err := s.beforeList(); err != nil {
+			return nil, err
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	list := &corev1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: strconv.Itoa(s.version)}}
+	for _, p := range s.pods {
+		list.Items = append(list.Items, *p.DeepCopy())
+	}
+	return list, nil
+}
+
+func (s *podSource) Watch(o metav1.ListOptions) (watch.Interface, error) {
+	return s.WatchWithContext(context.Background(), o)
+}
+
+func (s *podSource) WatchWithContext(_ context.Context, o metav1.ListOptions) (watch.Interface, error) {
+	from, err := strconv.Atoi(o.ResourceVersion)
+	if err != nil {
+		return nil, fmt.Errorf("watch from resource version %q: %w", o.ResourceVersion, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := watch.NewRaceFreeFake()
+	for _, e := range s.history[min(max(0, from-s.initial), len(s.history)):] {
+		w.Action(e.Type, e.Object.DeepCopyObject())
+	}
+	s.watches = append(s.watches, w)
+	return w, nil
+}
+
+// change stores pod under the next resource version, or removes it for
+// watch.Deleted (the event then carries its last state), and sends the
+// change to every watch.
+func (s *podSource) change(t *testing.T, kind watch.EventType, pod *corev1.Pod) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := pod.Namespace + "/" + pod.Name
+	stored, exists := s.pods[key]
+	switch {
+	case kind == watch.Added && exists:
+		t.Fatalf("adding pod %s: it exists", key)
+	case kind != watch.Added && !exists:
+		t.Fatalf("%s pod %s: no such pod", kind, key)
+	}
+	if kind == watch.Deleted {
+		pod = stored
+		delete(s.pods, key)
+	}
+	s.version++
+	pod = pod.DeepCopy()
+	pod.ResourceVersion = strconv.Itoa(s.version)
+	if kind != watch.Deleted {
+		s.pods[key] = pod
+	}
+	s.history = append(s.history, watch.Event{Type: kind, Object: pod})
+	for _, w := range s.watches {
+		w.Action(kind, pod.DeepCopy())
+	}
+}
+
+func (s *podSource) add(t *testing.T, pod *corev1.Pod) {
+	t.Helper()
+	s.change(t, watch.Added, pod)
+}
+
+func (s *podSource) update(t *testing.T, pod *corev1.Pod) {
+	t.Helper()
+	s.change(t, watch.Modified, pod)
+}
+
+func (s *podSource) remove(t *testing.T, namespace, name string) {
+	t.Helper()
+	s.change(t, watch.Deleted, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}})
+}
+
+// startInformer runs a Informer on source and waits for its first list.
+func startInformer(t *testing.T, source *podSource) (*Informer, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	p := New(testNode, log.NewNopLogger())
 	reg.MustRegister(p)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	p.Run(ctx, fakeListWatch(client))
+	p.Run(ctx, source)
 	waitFor(t, "the pod watch to sync", p.HasSynced)
 	return p, reg
 }
@@ -145,14 +250,14 @@ func podKnown(p *Informer, uid string) func() bool {
 }
 
 func TestInformerMapsPodsAndContainers(t *testing.T) {
-	client := fake.NewClientset(
+	source := newPodSource(
 		newPod("ml", "trainer-0", podU,
 			withInitContainers(status("fetch-weights", "containerd://"+idB)),
 			withContainers(status("pytorch", "containerd://"+idA), status("sidecar", "containerd://"+idC)),
 			withEphemeralContainers(status("debugger-x7k2p", "containerd://"+idD))),
 		newPod("infer", "server-1", podV, withContainers(status("triton", "cri-o://"+idE))),
 	)
-	p, reg := startInformer(t, client)
+	p, reg := startInformer(t, source)
 
 	pods := []struct{ uid, namespace, name string }{
 		{podU, "ml", "trainer-0"},
@@ -181,29 +286,20 @@ func TestInformerMapsPodsAndContainers(t *testing.T) {
 }
 
 func TestInformerFollowsUpdatesAndDeletes(t *testing.T) {
-	ctx := context.Background()
-	client := fake.NewClientset(newPod("ml", "trainer-0", podU, withContainers(status("pytorch", "containerd://"+idA))))
-	p, _ := startInformer(t, client)
-	pods := client.CoreV1().Pods("ml")
+	source := newPodSource(newPod("ml", "trainer-0", podU, withContainers(status("pytorch", "containerd://"+idA))))
+	p, _ := startInformer(t, source)
 
 	// The container restarts: a new ID replaces the old one.
-	restarted := newPod("ml", "trainer-0", podU, withContainers(status("pytorch", "containerd://"+idB)))
-	if _, err := pods.UpdateStatus(ctx, restarted, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	source.update(t, newPod("ml", "trainer-0", podU, withContainers(status("pytorch", "containerd://"+idB))))
 	waitFor(t, "the restarted container", func() bool { _, ok := p.Container(idB); return ok })
 	if _, ok := p.Container(idA); ok {
 		t.Error("the container's old ID is still known after its restart")
 	}
 
 	// A pod is added, then the first one is deleted.
-	if _, err := client.CoreV1().Pods("infer").Create(ctx, newPod("infer", "server-1", podV), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	source.add(t, newPod("infer", "server-1", podV))
 	waitFor(t, "the added pod", podKnown(p, podV))
-	if err := pods.Delete(ctx, "trainer-0", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	source.remove(t, "ml", "trainer-0")
 	waitFor(t, "the deleted pod to go", func() bool { return !podKnown(p, podU)() })
 	if _, ok := p.Container(idB); ok {
 		t.Error("a deleted pod's container is still known")
@@ -233,9 +329,9 @@ func TestInformerDeleteTombstone(t *testing.T) {
 
 func TestInformerStaticPodFoundByMirror(t *testing.T) {
 	const mirrorUID = "0bd1a01d-44b5-5859-9c79-d5e33a584f0a"
-	client := fake.NewClientset(newPod("kube-system", "gpu-probe-"+testNode, mirrorUID,
+	source := newPodSource(newPod("kube-system", "gpu-probe-"+testNode, mirrorUID,
 		mirrorOf(podStatic), withContainers(status("probe", "containerd://"+idA))))
-	p, _ := startInformer(t, client)
+	p, _ := startInformer(t, source)
 	ns, name, ok := p.Pod(podStatic)
 	if !ok || ns != "kube-system" || name != "gpu-probe-"+testNode {
 		t.Errorf("Pod(static UID) = %q, %q, %v; want the mirror pod kube-system/gpu-probe-%s", ns, name, ok, testNode)
@@ -251,14 +347,12 @@ func TestInformerIgnoresPodsOfOtherNodes(t *testing.T) {
 }
 
 func TestInformerCountsAPIErrors(t *testing.T) {
-	client := fake.NewClientset()
-	client.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
-		return true, nil, errors.New("connection refused")
-	})
+	source := newPodSource()
+	source.beforeList = func() error { return errors.New("connection refused") }
 	p := New(testNode, log.NewNopLogger())
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	p.Run(ctx, fakeListWatch(client))
+	p.Run(ctx, source)
 	waitFor(t, "gpumem_kubernetes_errors_total to count the failed list", func() bool {
 		return testutil.ToFloat64(p.errors) >= 1
 	})
@@ -268,12 +362,12 @@ func TestInformerCountsAPIErrors(t *testing.T) {
 }
 
 func TestInformerLookupsBeforeSyncDoNotBlock(t *testing.T) {
-	client := fake.NewClientset(newPod("ml", "trainer-0", podU, withContainers(status("pytorch", "containerd://"+idA))))
+	source := newPodSource(newPod("ml", "trainer-0", podU, withContainers(status("pytorch", "containerd://"+idA))))
 	release := make(chan struct{})
-	client.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+	source.beforeList = func() error {
 		<-release // an API server that does not answer
-		return false, nil, nil
-	})
+		return nil
+	}
 	defer close(release)
 	p := New(testNode, log.NewNopLogger())
 
@@ -299,7 +393,7 @@ func TestInformerLookupsBeforeSyncDoNotBlock(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	start := time.Now()
-	p.Run(ctx, fakeListWatch(client))
+	p.Run(ctx, source)
 	if d := time.Since(start); d > time.Second {
 		t.Errorf("Run blocked for %v", d)
 	}
