@@ -101,7 +101,7 @@ func (s *Server) handle(cs *connState, acceptedAt time.Duration) {
 // serve reads lines until the connection ends and returns why it ended.
 func (cn *connection) serve() error {
 	s := cn.s
-	lr := newLineReader(cn.cs.c, s.cfg.MaxMessageBytes, s.budget)
+	lr := newLineReader(newConnReader(cn.cs.c), s.cfg.MaxMessageBytes, s.budget)
 	cn.lr = lr
 	lr.onEvict = func() { cn.cs.closeFor(closeBufferBudget) }
 	defer lr.dropLine()

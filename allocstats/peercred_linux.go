@@ -72,11 +72,12 @@ type pidfd struct {
 }
 
 // alive reports whether the process still exists (a zombie counts: its pid
-// is not free for reuse until it is reaped).
+// is not free for reuse until it is reaped). pidfd_send_signal with signal
+// 0 never blocks: it is made as a raw system call (see rawReader).
 func (p *pidfd) alive() bool {
-	err := unix.PidfdSendSignal(p.fd, 0, nil, 0)
+	_, _, errno := unix.RawSyscall6(unix.SYS_PIDFD_SEND_SIGNAL, uintptr(p.fd), 0, 0, 0, 0, 0)
 	// EPERM: it exists, but a daemon without root may not signal it.
-	return err == nil || errors.Is(err, unix.EPERM)
+	return errno == 0 || errno == unix.EPERM
 }
 
 func (p *pidfd) close() { unix.Close(p.fd) }
