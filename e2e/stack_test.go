@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gpumem/gpumem_exporter/internal/exportertest"
 )
 
 // Speed of the simulated node: 300 simulated seconds per real second, so
@@ -106,14 +108,13 @@ func startStack() (*stack, error) {
 	tmpDir = dir
 	bin := os.Getenv("GPUMEM_E2E_EXPORTER")
 	if bin == "" {
-		bin = filepath.Join(dir, "gpumem_exporter")
 		// -race, as `make test` runs `go test -race ./...`: the packages are
-		// already compiled for the race detector, so only the link is new
-		// (a plain build would compile them all again).
-		cmd := exec.Command("go", "build", "-race", "-o", bin, "github.com/gpumem/gpumem_exporter")
-		cmd.Dir = repoRoot
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("building the exporter: %v\n%s", err, out)
+		// already compiled for the race detector, so only the link is new,
+		// and the binary is kept (as the attack tests' is) until the
+		// sources change.
+		var err error
+		if bin, err = exportertest.Binary(repoRoot, true); err != nil {
+			return nil, fmt.Errorf("building the exporter: %w", err)
 		}
 	}
 	s := &stack{dir: dir}

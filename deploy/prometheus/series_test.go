@@ -506,7 +506,11 @@ var (
 // promtoolFirings runs promtool on the test file and returns every firing it
 // reports. Failures other than alerts that fire are errors.
 func promtoolFirings(promtool, testFile string) ([]firing, error) {
-	out, err := exec.Command(promtool, "test", "rules", testFile).CombinedOutput()
+	cmd := exec.Command(promtool, "test", "rules", testFile)
+	// One thread and a lazier GC: promtool's CPU is what the lead-time test
+	// costs, and these cut it by about 15% (the files run in parallel).
+	cmd.Env = append(os.Environ(), "GOMAXPROCS=1", "GOGC=400")
+	out, err := cmd.CombinedOutput()
 	text := string(out)
 	if err == nil {
 		return nil, nil // no alert fired at all
