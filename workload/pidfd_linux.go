@@ -24,7 +24,7 @@ func sameNamespace(procPath string) bool {
 // has no pidfd_open (before 5.3) or refuses it for a reason that would
 // hold for any pid.
 func openPidfd(pid uint32) (fd int, unsupported bool, err error) {
-	fd, err = unix.PidfdOpen(int(pid), unix.PIDFD_NONBLOCK)
+	fd, err = unix.PidfdOpen(int(pid), 0) // no flags: PIDFD_NONBLOCK needs 5.10, and it is only polled
 	if err != nil {
 		return -1, errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) || errors.Is(err, unix.EINVAL), err
 	}
