@@ -337,7 +337,8 @@ func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, er
 		health:         healthMux,
 		healthListener: healthListener,
 		wait:           func() { <-done; <-done; <-done },
-		close:          closeHealth,
+		// After wait: the poller, the resolver's only caller, has stopped.
+		close: func() { closeHealth(); resolver.Close() },
 	}, nil
 }
 
