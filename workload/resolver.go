@@ -98,7 +98,9 @@ func (r *ProcResolver) Watching() bool {
 	return r.watch && r.maxFDs > 0
 }
 
-// Close releases the pidfds. The resolver must not be refreshed after.
+// Close releases the pidfds and forgets every process. A Refresh after it
+// (a poll still running while the daemon shuts down) reads /proc as a
+// resolver without pidfds does.
 func (r *ProcResolver) Close() {
 	r.refreshMu.Lock()
 	defer r.refreshMu.Unlock()

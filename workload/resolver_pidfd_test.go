@@ -142,6 +142,15 @@ func TestRefreshBoundsPidfds(t *testing.T) {
 	if r.openFDs != 0 {
 		t.Errorf("%d pidfds held with no process listed, want 0", r.openFDs)
 	}
+	r.Refresh([]uint32{a})
+	r.Close()
+	if _, ok := r.Lookup(a); ok || r.openFDs != 0 || r.Watching() {
+		t.Errorf("after Close: Lookup found %d, %d pidfds held, watching %v", a, r.openFDs, r.Watching())
+	}
+	r.Refresh([]uint32{a})
+	if info, ok := r.Lookup(a); !ok || info.Comm != "sleep" || r.openFDs != 0 {
+		t.Errorf("a Refresh after Close: Lookup = %+v, %v, %d pidfds held; want it read through /proc", info, ok, r.openFDs)
+	}
 	r.SetMaxPidfds(0)
 	r.Refresh([]uint32{a})
 	if r.openFDs != 0 || r.Watching() {
