@@ -56,7 +56,7 @@ const mirrorAnnotation = "kubernetes.io/config.mirror"
 type Informer struct {
 	nodeName string
 	logger   log.Logger
-	synced   atomic.Pointer[cache.SharedIndexInformer] // set by Run
+	synced   atomic.Pointer[func() bool] // set by Run: the event handler has seen the first list
 
 	mu         sync.RWMutex
 	pods       map[string]podRecord      // pod UID -> pod
@@ -131,8 +131,11 @@ func PodListWatch(client cache.Getter, nodeName string) cache.ListerWatcher {
 	})
 }
 
-// watch builds the informer on lw; Run calls it.
-func (p *Informer) watch(lw cache.ListerWatcher) cache.SharedIndexInformer {
+// watch builds the informer on lw; Run calls it. The func it returns
+// reports whether the first list has been delivered to p's event handler:
+// the informer's own HasSynced turns true when its store holds the list,
+// which can be before the handler has recorded the pods.
+func (p *Informer) watch(lw cache.ListerWatcher) (cache.SharedIndexInformer, func() bool) {
 	inf := cache.NewSharedIndexInformer(lw, &corev1.Pod{}, 0, cache.Indexers{})
 	if err := inf.SetTransform(trimPod); err != nil {
 		level.Warn(p.logger).Log("msg", "cannot trim cached pods", "err", err)
@@ -140,34 +143,37 @@ func (p *Informer) watch(lw cache.ListerWatcher) cache.SharedIndexInformer {
 	if err := inf.SetWatchErrorHandler(p.watchError); err != nil {
 		level.Warn(p.logger).Log("msg", "cannot count watch errors", "err", err)
 	}
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { p.upsert(obj) },
 		UpdateFunc: func(_, obj any) { p.upsert(obj) },
 		DeleteFunc: p.delete,
-	}); err != nil {
+	})
+	if err != nil {
 		level.Error(p.logger).Log("msg", "cannot follow pod events; pod names will be missing", "err", err)
+		return inf, inf.HasSynced
 	}
-	return inf
+	return inf, reg.HasSynced
 }
 
 // Run starts the watch of lw (PodListWatch of this node) in the
 // background and returns at once; it stops when ctx ends. Lookups answer
 // from what has arrived so far. Call it once.
 func (p *Informer) Run(ctx context.Context, lw cache.ListerWatcher) {
-	inf := p.watch(lw)
-	p.synced.Store(&inf)
+	inf, synced := p.watch(lw)
+	p.synced.Store(&synced)
 	go inf.RunWithContext(ctx)
 	go func() {
-		if cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		if cache.WaitForCacheSync(ctx.Done(), synced) {
 			level.Info(p.logger).Log("msg", "pod watch synced", "node", p.nodeName, "pods", p.podCount())
 		}
 	}()
 }
 
-// HasSynced reports whether the first list of the node's pods has arrived.
+// HasSynced reports whether the first list of the node's pods has arrived
+// and every pod in it can be looked up.
 func (p *Informer) HasSynced() bool {
-	inf := p.synced.Load()
-	return inf != nil && (*inf).HasSynced()
+	synced := p.synced.Load()
+	return synced != nil && (*synced)()
 }
 
 // Pod implements PodLookup; a nil *Informer knows no pods. The UID of a static pod (as the kubelet names
