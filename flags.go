@@ -29,6 +29,7 @@ type options struct {
 	logLevel, logFormat    string
 	backend                string
 	pollInterval           time.Duration
+	processRefresh         time.Duration
 	simScenario            string
 	simSpeed               float64
 	simProcesses           int
@@ -74,6 +75,7 @@ func parseFlags(app *kingpin.Application, args []string) (*options, error) {
 	app.Flag("log.format", "Output format of log messages: logfmt, json.").Default("logfmt").EnumVar(&o.logFormat, "logfmt", "json")
 	app.Flag("nvml.backend", "Where GPU data comes from: nvml (the real library) or simulated (a scripted 8-GPU H200 node).").Default("nvml").EnumVar(&o.backend, "nvml", "simulated")
 	app.Flag("nvml.poll-interval", "How often NVML is polled; scrapes read the latest poll.").Default("1s").SetValue(&durationFlag{"nvml.poll-interval", &o.pollInterval})
+	app.Flag("nvml.process-refresh", "Longest a GPU's process lists are reused: a poll reads a GPU's memory figures and reads its process lists only when those changed since the lists were read (a process started, exited, allocated or freed), or when the lists are this old. 0: read them at every poll.").Default("10s").SetValue(&durationFlag{"nvml.process-refresh", &o.processRefresh})
 	app.Flag("nvml.simulated.scenario", "What the simulated node runs: "+strings.Join(simulate.Scenarios(), ", ")+". mix runs one of each workload; load runs --nvml.simulated.processes-per-gpu simple processes per GPU.").Default(scenario.Mix).EnumVar(&o.simScenario, simulate.Scenarios()...)
 	app.Flag("nvml.simulated.speed", "Simulated seconds per real second (60 runs an hour of the scenario in a minute).").Default("1").Float64Var(&o.simSpeed)
 	app.Flag("nvml.simulated.processes-per-gpu", "Processes per GPU of the load scenario (1 to 99).").Default("3").SetValue(&intFlag{"nvml.simulated.processes-per-gpu", &o.simProcesses})
@@ -129,6 +131,7 @@ func (o *options) validate() error {
 	for _, err := range []error{
 		o.checkMetricsPath(),
 		positive("nvml.poll-interval", o.pollInterval),
+		notNegative("nvml.process-refresh", o.processRefresh),
 		positive("allocstats.idle-timeout", o.idleTimeout),
 		positive("allocstats.ttl", o.ttl),
 		positive("allocstats.unlisted-grace", o.unlistedGrace),

@@ -24,6 +24,8 @@ func TestBadFlagValuesNameTheFlagAndLeaveNothing(t *testing.T) {
 		{"--web.telemetry-path=/-/healthy", "--web.telemetry-path"},
 		{"--nvml.poll-interval=abc", "nvml.poll-interval"},
 		{"--nvml.poll-interval=0s", "--nvml.poll-interval"},
+		{"--nvml.process-refresh=-1s", "--nvml.process-refresh"},
+		{"--nvml.process-refresh=often", "nvml.process-refresh"},
 		{"--allocstats.socket-mode=rw", "allocstats.socket-mode"},
 		{"--allocstats.socket-mode=1777", "allocstats.socket-mode"},
 		{"--allocstats.max-connections=0", "--allocstats.max-connections"},

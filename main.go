@@ -217,7 +217,7 @@ func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, er
 		level.Info(logger).Log("msg", "using the simulated NVML backend: 8 scripted H200 GPUs", "scenario", sim.Scenario(), "seed", o.simSeed, "speed", o.simSpeed)
 	}
 	alive := processAlive(o.procPath, sim, resolver)
-	cfg := nvmlpoll.Config{Lib: lib, Interval: o.pollInterval, Logger: log.With(logger, "component", "nvml")}
+	cfg := nvmlpoll.Config{Lib: lib, Interval: o.pollInterval, ProcessRefresh: o.processRefresh, Logger: log.With(logger, "component", "nvml")}
 	if sim != nil {
 		cfg.BeforePoll = sim.Step
 	}

@@ -40,7 +40,15 @@ type Config struct {
 	// loaded, except that MIG instances can be created and destroyed.
 	// Default 1m.
 	IdentityRefresh time.Duration
-	Now             func() time.Time
+	// ProcessRefresh bounds how long a device's process lists are reused.
+	// Between two reads a poll reads only the device's memory figures and
+	// reuses the lists while those figures are what they were when the
+	// lists were read (a process that starts, exits, allocates or frees
+	// device memory changes them); at least every ProcessRefresh, on every
+	// poll that Fresh asks for, and after any failed call the lists are read
+	// again. 0 reads them at every poll.
+	ProcessRefresh time.Duration
+	Now            func() time.Time
 }
 
 // Poller polls NVML in one goroutine and publishes immutable snapshots.
@@ -63,6 +71,10 @@ type Poller struct {
 	useV1       map[string]bool
 	reported    map[string]bool
 	ids         identities
+	lists       map[string]*processLists // by device UUID
+	pollGen     uint64                   // polls run, marks the lists a poll used
+	pollTime    time.Time                // the current poll's time
+	readLists   bool                     // the current poll reads every process list
 	// pollErrors counts the failed NVML calls of the current poll; any
 	// failure makes the next poll read the identities again.
 	pollErrors int
@@ -78,6 +90,16 @@ type Poller struct {
 	genMu             sync.Mutex
 	genCond           *sync.Cond
 	started, finished uint64
+	forceLists        bool // under genMu: the next poll to start reads every process list
+}
+
+// processLists are a device's merged process lists as last read, with the
+// memory figures read just before them.
+type processLists struct {
+	memory Memory
+	read   time.Time
+	procs  []Process // never handed out: a poll copies them
+	gen    uint64    // the last poll that used them
 }
 
 type peakKey struct {
@@ -112,6 +134,7 @@ func NewPoller(cfg Config) *Poller {
 		names:    make(map[uint32]string),
 		useV1:    make(map[string]bool),
 		reported: make(map[string]bool),
+		lists:    make(map[string]*processLists),
 		pollDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "gpumem_nvml_poll_duration_seconds",
 			Help:    "Time one NVML poll of every device took.",
@@ -243,6 +266,7 @@ func (p *Poller) wait(ctx context.Context, d time.Duration) bool {
 func (p *Poller) Fresh(ctx context.Context) (*Snapshot, error) {
 	p.genMu.Lock()
 	target := p.started + 1
+	p.forceLists = true // an on-demand read wants who holds the memory now
 	p.genMu.Unlock()
 	select {
 	case p.kick <- struct{}{}:
@@ -284,6 +308,7 @@ func (p *Poller) init() (err error) {
 	}
 	p.initialised = true
 	p.ids = identities{} // a new driver may number and name the devices differently
+	clear(p.lists)
 	if v, ret := p.cfg.Lib.SystemGetDriverVersion(); ret == nvml.SUCCESS {
 		p.driver = v
 	} else {
@@ -331,6 +356,8 @@ func (p *Poller) Poll() (err error) {
 	defer p.mu.Unlock()
 	p.genMu.Lock()
 	p.started++
+	p.readLists = p.forceLists || p.cfg.ProcessRefresh <= 0
+	p.forceLists = false
 	p.genMu.Unlock()
 	defer func() {
 		p.genMu.Lock()
@@ -392,7 +419,10 @@ func (p *Poller) poll() (*Snapshot, error) {
 	now := p.cfg.Now()
 	if p.ids.stale || p.ids.count != count || now.Sub(p.ids.read) >= p.cfg.IdentityRefresh {
 		p.readIdentities(count, now)
+		p.readLists = true
 	}
+	p.pollGen++
+	p.pollTime = now
 	snap := &Snapshot{
 		Time:              now,
 		DriverVersion:     p.driver,
@@ -425,6 +455,11 @@ func (p *Poller) poll() (*Snapshot, error) {
 	for pid := range p.names {
 		if _, ok := seenPIDs[pid]; !ok {
 			delete(p.names, pid)
+		}
+	}
+	for uuid, l := range p.lists {
+		if l.gen != p.pollGen || p.pollErrors > 0 {
+			delete(p.lists, uuid) // a device gone, or a call failed: read again
 		}
 	}
 	if p.pollErrors > 0 {
@@ -568,7 +603,7 @@ func (p *Poller) readMIGDevices(dev nvml.Device, parent Device) []migIdentity {
 
 func (p *Poller) fillMemoryAndProcesses(dev nvml.Device, d *Device, seenPeaks map[peakKey]struct{}, seenPIDs map[uint32]struct{}) {
 	d.Memory, d.HasMemory = p.memory(dev, d.UUID)
-	procs, ok := p.processes(dev)
+	procs, ok := p.deviceProcesses(dev, d)
 	d.HasProcesses = ok
 	for i := range procs {
 		pr := &procs[i]
@@ -604,6 +639,29 @@ func (p *Poller) memory(dev nvml.Device, uuid string) (Memory, bool) {
 		return Memory{}, false
 	}
 	return Memory{Total: m.Total, Free: m.Free, Used: m.Used}, true
+}
+
+// deviceProcesses returns d's process lists: the last ones read, when
+// Config.ProcessRefresh lets them be reused (see there), else read now.
+// The slice is the caller's to change.
+func (p *Poller) deviceProcesses(dev nvml.Device, d *Device) ([]Process, bool) {
+	l := p.lists[d.UUID]
+	if l != nil && !p.readLists && d.HasMemory && d.Memory == l.memory && p.pollTime.Sub(l.read) < p.cfg.ProcessRefresh {
+		l.gen = p.pollGen
+		return slices.Clone(l.procs), true
+	}
+	procs, ok := p.processes(dev)
+	if !ok || !d.HasMemory || p.cfg.ProcessRefresh <= 0 {
+		delete(p.lists, d.UUID)
+		return procs, ok
+	}
+	if l == nil {
+		l = &processLists{}
+		p.lists[d.UUID] = l
+	}
+	l.memory, l.read, l.gen = d.Memory, p.pollTime, p.pollGen
+	l.procs = append(l.procs[:0], procs...)
+	return procs, true
 }
 
 // processes merges the compute and graphics lists. It fails only when
