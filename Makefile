@@ -13,7 +13,7 @@ LDFLAGS     := -X github.com/prometheus/common/version.Version=$(VERSION) \
 # and no failing input. `make fuzz-long` fuzzes for a while instead.
 FUZZCOUNT   ?= 3000x
 FUZZTIME    ?= 2m
-FUZZ_TARGETS := FuzzDecodeLine:./allocstats/ FuzzScanWire:./allocstats/ FuzzParseCgroup:./workload/
+FUZZ_TARGETS := FuzzDecodeLine:./allocstats/wire/ FuzzScanWire:./allocstats/wire/ FuzzParseCgroup:./workload/
 
 .PHONY: all build test test-go test-leadtime test-python fuzz fuzz-long lint bench clean
 
@@ -28,20 +28,24 @@ build:
 TESTP       ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -lt 3 ] && echo 3 || echo $$n)
 
 # The whole test suite: Go (race detector, end-to-end against the built
-# binary), then, at once (-O keeps each one's output together), the
-# alerts' lead-time test, a short fuzz run of the wire decoder and the
-# cgroup parser, and the Python client (which mostly waits).
+# binary, the alerts' lead-time test), then, at once (-O keeps each one's
+# output together), a short fuzz run of the wire decoder and the cgroup
+# parser, and the Python client (which mostly waits).
 test: test-go
-	@$(MAKE) --no-print-directory -j3 -O test-leadtime fuzz test-python
+	@$(MAKE) --no-print-directory -j2 -O fuzz test-python
 
+# As go test -race -count=1 ./..., through scripts/gotest.sh: it keeps the
+# linked test binaries in Go's build cache, which go test relinks at every
+# run (45 CPU-seconds of a warm run here). go test's own vet pass is off:
+# make lint runs go vet on everything, and the pass would vet every
+# dependency once more for its facts (half a CPU-minute of a cold build).
 test-go:
-	$(GO) test -race -count=1 -p $(TESTP) ./...
+	GOTEST_P=$(TESTP) scripts/gotest.sh -race -vet=off -- ./...
 
-# The lead-time test measures the alert rules over simulated days with
-# promtool; it skips itself under -race (nothing shared to race on, twice
-# as slow) and runs here without.
+# Only the alerts' lead-time test (measures the rules over simulated days
+# with promtool; part of test-go).
 test-leadtime:
-	$(GO) test -count=1 -run '^TestAlertLeadTime$$' ./deploy/prometheus/
+	$(GO) test -race -count=1 -run '^TestAlertLeadTime$$' -v ./deploy/prometheus/
 
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

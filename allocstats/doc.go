@@ -11,9 +11,8 @@
 // lock one process at a time, and a connection's messages lock only its
 // own process (see Store).
 //
-// DecodeLine decodes the lines clients send through a fast path of its own
-// (scan.go) and gives any other line to encoding/json, with the same
-// result either way.
+// The lines are decoded by package wire (DecodeLine here is its
+// DecodeLine); the message types below are its types.
 package allocstats
 
 import "time"

@@ -337,13 +337,6 @@ func TestAlertLeadTime(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the lead-time test runs promtool over simulated days")
 	}
-	if raceEnabled && os.Getenv("GPUMEM_LEADTIME_RACE") == "" {
-		// It measures rules over simulated days; its goroutines share
-		// nothing but their own result slots, so the race detector has
-		// nothing to find and only slows it down. make test runs it
-		// without -race (make test-leadtime).
-		t.Skip("skipped under -race (make test-leadtime runs it without; GPUMEM_LEADTIME_RACE=1 runs it here)")
-	}
 	dir := t.TempDir()
 	if keep := os.Getenv("GPUMEM_LEADTIME_DIR"); keep != "" {
 		dir = keep // keep the generated files to look at

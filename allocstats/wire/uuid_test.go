@@ -1,4 +1,4 @@
-package allocstats
+package wire
 
 import "testing"
 

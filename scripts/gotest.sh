@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# gotest.sh [go test build flags] -- [packages]: what `go test -count=1
+# FLAGS PACKAGES` does, from test binaries that Go's build cache keeps.
+#
+# `go test` links every test binary again at each run (about 45 CPU-seconds
+# of a warm `make test` on the race build here); `go test -c` takes the
+# linked binary from the build cache when nothing changed. This script
+# builds the binaries with -c into $GOTEST_BIN (default .cache/testbin),
+# then runs each in its package's directory, as go test does, at most
+# $GOTEST_P at once (default: the CPUs), the slowest of the last run first.
+# A package's output is printed when
+# it fails, or with GOTEST_V=1; the exit status is 1 when any failed.
+set -euo pipefail
+
+flags=()
+while [ $# -gt 0 ] && [ "$1" != "--" ]; do flags+=("$1"); shift; done
+[ $# -gt 0 ] && shift
+[ $# -gt 0 ] || set -- ./...
+bin=${GOTEST_BIN:-.cache/testbin}
+jobs=${GOTEST_P:-$(nproc 2>/dev/null || echo 2)}
+mkdir -p "$bin"
+bin=$(cd "$bin" && pwd)
+
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+
+# -c names each binary after the last element of its import path (the
+# build fails if two packages share one).
+built=0
+go test "${flags[@]}" -c -o "$bin/" "$@" >"$logs/build" 2>&1 || built=$?
+grep -v '\[no test files\]$' "$logs/build" || true
+[ "$built" -eq 0 ] || exit 2
+export bin logs GOTEST_V="${GOTEST_V:-}"
+# Slowest first (by the last run's times; a package not timed yet first of
+# all), so that the longest package does not start last.
+touch "$bin/durations"
+go list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{"\t"}}{{.Dir}}{{end}}' "$@" | grep . |
+  awk -F '\t' -v timed="$bin/durations" 'BEGIN { while ((getline l < timed) > 0) { split(l, f, "\t"); took[f[1]] = f[2] } }
+    { print (($1 in took) ? took[$1] : 1e9) "\t" $0 }' |
+  sort -t "$(printf '\t')" -k1,1gr | cut -f 2- |
+  xargs -r -P "$jobs" -d '\n' -n 1 bash -c '
+    pkg=${0%%$'"'"'\t'"'"'*} dir=${0#*$'"'"'\t'"'"'}
+    name=${pkg##*/}
+    log="$logs/${pkg//\//_}"
+    start=$(date +%s.%N)
+    status=ok
+    (cd "$dir" && exec "$bin/$name.test" -test.count=1 -test.timeout=10m0s -test.paniconexit0) >"$log" 2>&1 || status=FAIL
+    took=$(awk -v a="$start" -v b="$(date +%s.%N)" "BEGIN { printf \"%.3fs\", b - a }")
+    {
+      flock 9 # one package'"'"'s lines together
+      if [ "$status" = FAIL ] || [ -n "$GOTEST_V" ]; then cat "$log"; fi
+      printf "%s\t%s\t%s\n" "$status" "$pkg" "$took"
+      printf "%s\t%s\n" "$pkg" "${took%s}" >>"$logs/durations"
+    } 9>"$logs/.lock"
+    [ "$status" = ok ]
+  ' || failed=1
+# Keep the times of packages this run did not run.
+touch "$logs/durations"
+awk -F '\t' -v ran="$logs/durations" 'BEGIN { while ((getline l < ran) > 0) { split(l, f, "\t"); seen[f[1]] = 1; print l } }
+  !($1 in seen)' "$bin/durations" >"$logs/all" &&
+  mv "$logs/all" "$bin/durations"
+if [ -n "${failed:-}" ]; then
+  echo "FAIL: see the packages above"
+  exit 1
+fi
