@@ -18,7 +18,7 @@ OUT=${OUT:-/tmp/gpumem-idle}
 BIN=${BIN:-.bin/compare}
 BEFORE=${BEFORE:-gpumem_exporter}
 AFTER=${AFTER:-gpumem_exporter_new}
-AFTER_ALLOCSTATS=${AFTER_ALLOCSTATS:-allocstats_new.test}
+AFTER_ALLOCSTATS=${AFTER_ALLOCSTATS-allocstats_new.test}
 IDLE_SECONDS=${IDLE_SECONDS:-60}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/clients/python
