@@ -28,7 +28,9 @@ const (
 )
 
 // DecodeLine is wire.DecodeLine.
-func DecodeLine(line []byte, maxDevices int) (Message, error) { return wire.DecodeLine(line, maxDevices) }
+func DecodeLine(line []byte, maxDevices int) (Message, error) {
+	return wire.DecodeLine(line, maxDevices)
+}
 
 // Some is wire.Some: an Optional that is set.
 func Some(v uint64) Optional { return wire.Some(v) }
