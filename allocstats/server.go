@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpumem/gpumem_exporter/internal/ratelog"
+	"github.com/gpumem/gpumem_exporter/internal/tick"
 )
 
 // writeTimeout bounds the welcome write, so that a client that never reads
@@ -360,8 +361,10 @@ func (s *Server) Serve(ctx context.Context) error {
 
 	ended := make(chan acceptResult, 4)
 	go s.acceptLoop(ctx, l, ended)
-	tick := time.NewTicker(s.checkEvery)
-	defer tick.Stop()
+	// The check runs on the grid of its period (tick.Next), as the NVML
+	// poll does: an idle daemon wakes once for both.
+	check := time.NewTimer(tick.Next(time.Now(), s.checkEvery))
+	defer check.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -381,11 +384,12 @@ func (s *Server) Serve(ctx context.Context) error {
 				return nil // shut down through ctx or Close
 			}
 			return fmt.Errorf("allocstats listener closed: %w", r.err)
-		case <-tick.C:
+		case <-check.C:
 			s.closeStale()
 			if nl := s.checkSocket(); nl != nil {
 				go s.acceptLoop(ctx, nl, ended)
 			}
+			check.Reset(tick.Next(time.Now(), s.checkEvery))
 		}
 	}
 }

@@ -137,7 +137,19 @@ type Store struct {
 	// gone holds the entries of processes that exited, oldest first, for
 	// the linger. Replaced under mu, read without it.
 	gone atomic.Pointer[[]goneEntry]
+
+	// version is Version's count, raised after each change it covers.
+	version atomic.Uint64
 }
+
+// Version counts the changes to what Processes returns: a process added,
+// dropped or moved to the exited ones, a hello, a stats or oom line
+// applied, a device dropped. Two equal values mean that Processes returned
+// the same processes with the same figures in between (Connected aside:
+// opening and closing connections does not count). It is raised after
+// the change is made, so a reader that reads Version and then Processes
+// sees at least that version's state.
+func (s *Store) Version() uint64 { return s.version.Load() }
 
 // goneEntry is a process that exited at at.
 type goneEntry struct {
@@ -156,6 +168,7 @@ func (s *Store) sorted() []*procEntry {
 // publishLocked replaces the index.
 func (s *Store) publishLocked(sorted []*procEntry) {
 	s.index.Store(&sorted)
+	s.version.Add(1)
 }
 
 // OnOOM adds f to the functions called, synchronously and without the
@@ -342,6 +355,7 @@ func (s *Store) lingerLocked(e *procEntry, now time.Time) {
 	next = append(next, gone...)
 	next = append(next, goneEntry{e, now})
 	s.gone.Store(&next)
+	s.version.Add(1)
 }
 
 // expireLocked forgets the exited processes whose linger has passed at
@@ -359,6 +373,7 @@ func (s *Store) expireLocked(now time.Time) {
 	if i > 0 {
 		next := append([]goneEntry(nil), gone[i:]...)
 		s.gone.Store(&next)
+		s.version.Add(1)
 	}
 }
 
@@ -651,6 +666,7 @@ func (s *Store) hello(bound *procEntry, id Identity, h Hello) (*procEntry, error
 		}
 		bound.framework, bound.frameworkVersion, bound.client = h.Framework, h.FrameworkVersion, h.Client
 		bound.mu.Unlock()
+		s.version.Add(1)
 		return bound, nil
 	}
 	s.mu.Lock()
@@ -662,6 +678,7 @@ func (s *Store) hello(bound *procEntry, id Identity, h Hello) (*procEntry, error
 	e.mu.Lock()
 	e.framework, e.frameworkVersion, e.client = h.Framework, h.FrameworkVersion, h.Client
 	e.mu.Unlock()
+	s.version.Add(1)
 	return e, nil
 }
 
@@ -758,6 +775,8 @@ func (s *Store) applyLocked(e *procEntry, devices []DeviceReport, now time.Time)
 		st.OOMs = d.ooms.apply(r.OOMs)
 		st.LastReport = now
 	}
+	// Raised under e.mu, which a reader's copy of e waits for.
+	s.version.Add(1)
 }
 
 func (c *counterState) apply(raw Optional) Optional {
@@ -823,9 +842,13 @@ func (s *Store) DropUnlisted(now time.Time, grace time.Duration, listed func(pid
 			}
 			kept = append(kept, d)
 		}
+		dropped := len(e.devices) - len(kept)
 		clear(e.devices[len(kept):])
 		e.devices = kept
 		e.mu.Unlock()
+		if dropped > 0 {
+			s.version.Add(1)
+		}
 	}
 }
 
@@ -867,6 +890,7 @@ func (s *Store) recordOOMLocked(e *procEntry, m OOMMessage, now time.Time) OOMEv
 	d.stats.LastOOMRequest = Some(m.RequestedBytes)
 	d.stats.LastOOMTime = now
 	d.stats.LastReport = now
+	s.version.Add(1)
 	return OOMEvent{
 		Time:      now,
 		PID:       e.pid,

@@ -392,3 +392,53 @@ func TestReadersAndBoundWritersDoNotWaitOnTheStoreLock(t *testing.T) {
 		t.Errorf("after the messages: %+v", p)
 	}
 }
+
+// Version moves with every change Processes would show, and only then:
+// the OOM reports skip their per-poll join while it stands still.
+func TestVersionMovesWithWhatProcessesReturns(t *testing.T) {
+	s := NewStore(time.Minute)
+	s.SetLinger(time.Minute)
+	last := s.Version()
+	step := func(what string, changes bool, f func()) {
+		t.Helper()
+		before := s.Processes()
+		f()
+		v := s.Version()
+		if moved := v != last; moved != changes {
+			t.Errorf("%s: version %d -> %d; want moved=%v (Processes before %+v, after %+v)", what, last, v, changes, before, s.Processes())
+		}
+		last = v
+	}
+	var e *procEntry
+	id := Identity{PID: 1, StartTime: 1}
+	step("first stats line", true, func() { e = mustStats(t, s, nil, id, t0, DeviceReport{UUID: testUUID, Reserved: 1}) })
+	step("stats line of a bound connection", true, func() { mustStats(t, s, e, id, t0, DeviceReport{UUID: testUUID, Reserved: 2}) })
+	step("hello", true, func() {
+		if _, err := s.hello(e, id, Hello{Framework: "pytorch"}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	step("oom line", true, func() {
+		if _, _, err := s.oom(e, id, OOMMessage{UUID: testUUID, RequestedBytes: 1}, t0, DefaultMaxDevices); err != nil {
+			t.Fatal(err)
+		}
+	})
+	step("reads", false, func() { s.Processes(); s.PIDs(); s.Process(1) })
+	step("a prune that keeps everything", false, func() { s.Prune(t0.Add(time.Second), func(uint32, uint64) bool { return true }) })
+	step("a device still listed", false, func() {
+		s.DropUnlisted(t0, time.Minute, func(uint32, string) bool { return true })
+	})
+	step("a device unlisted within the grace", false, func() {
+		s.DropUnlisted(t0, time.Minute, func(uint32, string) bool { return false })
+	})
+	step("a device unlisted for the grace", true, func() {
+		s.DropUnlisted(t0.Add(time.Minute), time.Minute, func(uint32, string) bool { return false })
+	})
+	step("a fed process", true, func() {
+		if err := s.Feed(Identity{PID: 2, StartTime: 2}, "jax", []DeviceReport{{UUID: testUUID, Reserved: 1}}, t0); err != nil {
+			t.Fatal(err)
+		}
+	})
+	step("a process exits", true, func() { s.Prune(t0.Add(2*time.Second), func(pid uint32, _ uint64) bool { return pid != 2 }) })
+	step("its linger passes", true, func() { s.Prune(t0.Add(2*time.Minute), func(pid uint32, _ uint64) bool { return pid != 2 }) })
+}

@@ -14,6 +14,8 @@ import (
 	"github.com/go-kit/log"
 	"github.com/go-kit/log/level"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpumem/gpumem_exporter/internal/tick"
 )
 
 // notAvailable is NVML_VALUE_NOT_AVAILABLE as an unsigned long long.
@@ -206,7 +208,8 @@ func (p *Poller) Collect(ch chan<- prometheus.Metric) {
 }
 
 // Run initialises NVML, retrying with backoff while it cannot, then polls
-// every interval until ctx is done.
+// every interval, at whole multiples of it since the Unix epoch, until ctx
+// is done.
 func (p *Poller) Run(ctx context.Context) {
 	defer p.shutdown()
 	backoff := p.cfg.InitBackoffMin
@@ -237,7 +240,9 @@ func (p *Poller) Run(ctx context.Context) {
 		if err := p.Poll(); err != nil {
 			level.Warn(p.logger).Log("msg", "NVML poll failed", "err", err)
 		}
-		if !p.wait(ctx, p.cfg.Interval) {
+		// On the grid of the interval (tick.Next), which the allocator
+		// socket's check shares: one wake-up for both.
+		if !p.wait(ctx, tick.Next(time.Now(), p.cfg.Interval)) {
 			return
 		}
 	}

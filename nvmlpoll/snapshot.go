@@ -5,6 +5,7 @@
 package nvmlpoll
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -142,4 +143,25 @@ func (s *Snapshot) PIDs() []uint32 {
 		}
 	}
 	return pids
+}
+
+// SameReadings reports whether s and o read the same: the same devices
+// with the same memory figures and processes. Only Time may differ. Two
+// nil snapshots read the same; a nil and a non-nil one do not.
+func (s *Snapshot) SameReadings(o *Snapshot) bool {
+	if s == nil || o == nil {
+		return s == o
+	}
+	if s.DriverVersion != o.DriverVersion || s.CUDADriverVersion != o.CUDADriverVersion || len(s.Devices) != len(o.Devices) {
+		return false
+	}
+	for i := range s.Devices {
+		a, b := &s.Devices[i], &o.Devices[i]
+		if a.Index != b.Index || a.UUID != b.UUID || a.ParentUUID != b.ParentUUID || a.Name != b.Name || a.PCIBusID != b.PCIBusID ||
+			a.MIGMode != b.MIGMode || a.HasMemory != b.HasMemory || a.Memory != b.Memory || a.HasProcesses != b.HasProcesses ||
+			!slices.Equal(a.Processes, b.Processes) {
+			return false
+		}
+	}
+	return true
 }

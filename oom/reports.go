@@ -169,7 +169,22 @@ type Reports struct {
 
 	ctxMu   sync.Mutex
 	context map[contextKey]uint64 // last consistent context per process and device
+
+	// What Observe last joined (only Observe uses them): the snapshot, the
+	// allocator store's version and when.
+	observedSnap    *nvmlpoll.Snapshot
+	observedVersion uint64
+	observedAt      time.Time
 }
+
+// observeRefresh bounds how long Observe trusts that unchanged readings
+// join to the same rows: the workload cache (which holds back the rows of
+// pids it does not know yet) has no version of its own.
+const observeRefresh = 10 * time.Second
+
+// versioned is an allocator source that says when what it returns
+// changed (allocstats.Store.Version).
+type versioned interface{ Version() uint64 }
 
 type pidKey struct {
 	pid   uint32
@@ -303,10 +318,25 @@ func (r *Reports) freshSnapshot(ctx context.Context) *nvmlpoll.Snapshot {
 }
 
 // Observe remembers each process's context from a consistent reading
-// (NVML used >= allocator reserved); main calls it after every poll. A
-// report whose fresh reading lags uses it, marked stale.
+// (NVML used >= allocator reserved); main calls it after every poll, from
+// one goroutine. A report whose fresh reading lags uses it, marked stale.
+// When NVML read the same as at the last join and the allocator store has
+// not changed since (its Version), the join would give the same rows: it
+// is skipped, for up to observeRefresh.
 func (r *Reports) Observe(snap *nvmlpoll.Snapshot) {
+	now := time.Now()
+	var version uint64
+	vs, ok := r.cfg.Sources.Allocator.(versioned)
+	if ok {
+		version = vs.Version() // before the join: a change during it is seen next time
+		if r.observedSnap != nil && version == r.observedVersion && now.Sub(r.observedAt) < observeRefresh && snap.SameReadings(r.observedSnap) {
+			return
+		}
+	}
 	v := r.cfg.Sources.ReadAt(snap)
+	if ok && snap != nil {
+		r.observedSnap, r.observedVersion, r.observedAt = snap, version, now
+	}
 	r.ctxMu.Lock()
 	defer r.ctxMu.Unlock()
 	next := make(map[contextKey]uint64, len(v.Rows))

@@ -443,3 +443,67 @@ func TestOOMBlameAndInflation(t *testing.T) {
 		t.Errorf("a report of 100 processes is %d bytes, want it bounded", len(body))
 	}
 }
+
+// countingStore is the allocator store, counting the joins that read it.
+type countingStore struct {
+	*allocstats.Store
+	reads int
+}
+
+func (c *countingStore) Processes() []allocstats.Process { c.reads++; return c.Store.Processes() }
+
+// Observe runs after every poll; on an idle node nothing it joins changes,
+// so it joins again only when NVML's readings or the allocator store
+// changed, or observeRefresh after its last join.
+func TestObserveJoinsOnlyWhenItsInputsChanged(t *testing.T) {
+	snapAt := func(at time.Time, used uint64) *nvmlpoll.Snapshot {
+		return &nvmlpoll.Snapshot{Time: at, Devices: []nvmlpoll.Device{{
+			Index: 3, UUID: testUUID, HasMemory: true, HasProcesses: true,
+			Memory:    nvmlpoll.Memory{Total: 143771 * mib, Used: used, Free: 143771*mib - used},
+			Processes: []nvmlpoll.Process{{PID: 100, HasUsed: true, UsedBytes: used}},
+		}}}
+	}
+	store := &countingStore{Store: allocstats.NewStore(time.Minute)}
+	feed(t, store.Store, 100, allocstats.DeviceReport{UUID: testUUID, Reserved: 1000 * mib})
+	src := sources(nil, nil)
+	src.Allocator = store
+	reports := New(Config{Sources: src, Logger: log.NewNopLogger()})
+	context := func() uint64 {
+		reports.ctxMu.Lock()
+		defer reports.ctxMu.Unlock()
+		for _, v := range reports.context {
+			return v
+		}
+		return 0
+	}
+	step := func(what string, snap *nvmlpoll.Snapshot, wantReads int, wantContext uint64) {
+		t.Helper()
+		reports.Observe(snap)
+		if store.reads != wantReads || context() != wantContext {
+			t.Errorf("%s: %d joins, context %d MiB; want %d joins, context %d MiB", what, store.reads, context()/mib, wantReads, wantContext/mib)
+		}
+	}
+	step("first poll", snapAt(t0, 1520*mib), 1, 520*mib)
+	step("the same readings a second later", snapAt(t0.Add(time.Second), 1520*mib), 1, 520*mib)
+	feed(t, store.Store, 100, allocstats.DeviceReport{UUID: testUUID, Reserved: 1100 * mib})
+	step("a stats line since", snapAt(t0.Add(2*time.Second), 1520*mib), 2, 420*mib)
+	step("NVML's used moved", snapAt(t0.Add(3*time.Second), 1630*mib), 3, 530*mib)
+	step("nothing moved", snapAt(t0.Add(4*time.Second), 1630*mib), 3, 530*mib)
+	reports.observedAt = reports.observedAt.Add(-observeRefresh)
+	step("nothing moved, observeRefresh after the last join", snapAt(t0.Add(5*time.Second), 1630*mib), 4, 530*mib)
+
+	// A source without a version is joined at every poll.
+	plain := New(Config{Sources: sources(nil, store.Store), Logger: log.NewNopLogger()})
+	reads := store.reads
+	plain.cfg.Sources.Allocator = allocatorOnly{store}
+	plain.Observe(snapAt(t0, 1630*mib))
+	plain.Observe(snapAt(t0, 1630*mib))
+	if store.reads != reads+2 {
+		t.Errorf("an allocator source without Version: %d joins for 2 polls, want 2", store.reads-reads)
+	}
+}
+
+// allocatorOnly hides every method but Processes.
+type allocatorOnly struct{ s *countingStore }
+
+func (a allocatorOnly) Processes() []allocstats.Process { return a.s.Processes() }
