@@ -2,7 +2,9 @@
 and file-backed) of a fresh Python process before NVML, after
 nvmlInitWithFlags(FLAGS) and after reading every device's memory and
 process lists. FLAGS 0 is plain nvmlInit_v2; 2 is NVML_INIT_FLAG_NO_ATTACH
-(the GPUs are not attached at init). Also the largest anonymous mappings.
+(the GPUs are not attached at init). Also the largest anonymous mappings,
+each on its own, and RSS after glibc's malloc_trim(0) (whether the memory
+NVML took is freed heap that glibc kept, or live).
 Standard library only.   python3 nvml_init_flags.py FLAGS"""
 import ctypes
 import sys
@@ -58,3 +60,18 @@ for i in range(n.value):
     print("device %d: used %d MiB, processes rc=%d count=%d" % (i, mem[4] >> 20, rc, cnt.value))
 show("after device queries")
 top_mappings()
+print("   largest anonymous mappings, one by one:")
+anon, cur = [], None
+for line in open("/proc/self/smaps"):
+    f = line.split()
+    if "-" in f[0] and ":" not in f[0] and len(f) >= 5:
+        cur = [f[0], f[1], f[5] if len(f) > 5 else "[anon]", 0]
+        anon.append(cur)
+    elif f[0] == "Rss:" and cur is not None:
+        cur[3] = int(f[1])
+for rng, perms, name, kb in sorted((m for m in anon if m[2] in ("[anon]", "[heap]")), key=lambda m: -m[3])[:5]:
+    lo, hi = (int(x, 16) for x in rng.split("-"))
+    print("   %8.1f MiB resident of %8.1f MiB  %s %s" % (kb / 1024.0, (hi - lo) / 1048576.0, perms, name))
+libc = ctypes.CDLL("libc.so.6")
+libc.malloc_trim(0)
+show("after malloc_trim(0)")
