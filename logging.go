@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strings"
@@ -16,13 +17,33 @@ import (
 // without timestamp and caller for the slog bridge: slog records carry
 // their own time. Both write time=, as exporter-toolkit's lines do.
 func newLogger(o *options) (logger, bare log.Logger) {
+	return newLoggerTo(os.Stderr, o)
+}
+
+// Valuers of the project's logger, read when it is made; tests replace
+// them.
+var (
+	logTimestamp = log.DefaultTimestampUTC
+	// logCaller is the line that called Log: 5 frames up from the valuer,
+	// through the timestamped logger's context, the level filter and the
+	// caller's own context (log.With and level.X flatten into one).
+	logCaller = log.Caller(5)
+)
+
+// newLoggerTo is newLogger writing to w. The level filter is the outer
+// logger, so that a line it drops never reads the clock or the caller's
+// stack.
+func newLoggerTo(w io.Writer, o *options) (logger, bare log.Logger) {
+	var base log.Logger
 	if o.logFormat == "json" {
-		bare = log.NewJSONLogger(log.NewSyncWriter(os.Stderr))
+		base = log.NewJSONLogger(log.NewSyncWriter(w))
 	} else {
-		bare = log.NewLogfmtLogger(log.NewSyncWriter(os.Stderr))
+		base = log.NewLogfmtLogger(log.NewSyncWriter(w))
 	}
-	bare = level.NewFilter(bare, level.Allow(level.ParseDefault(o.logLevel, level.InfoValue())))
-	return log.With(bare, "time", log.DefaultTimestampUTC, "caller", log.DefaultCaller), bare
+	allow := level.Allow(level.ParseDefault(o.logLevel, level.InfoValue()))
+	bare = level.NewFilter(base, allow)
+	logger = level.NewFilter(log.With(base, "time", logTimestamp, "caller", logCaller), allow)
+	return logger, bare
 }
 
 // slogLogger is the one bridge from the project's logger to the
