@@ -128,6 +128,3 @@ func (lr *lineReader) dropLine() {
 		lr.budget.release(lr)
 	}
 }
-
-// pending is how many bytes of an unfinished line are held.
-func (lr *lineReader) pending() int { return len(lr.line) + lr.ce - lr.cs }

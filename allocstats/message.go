@@ -37,6 +37,3 @@ func Some(v uint64) Optional { return wire.Some(v) }
 
 // Sanitize is wire.Sanitize.
 func Sanitize(s string) string { return wire.Sanitize(s) }
-
-// NormalizeUUID is wire.NormalizeUUID.
-func NormalizeUUID(s string) (string, bool) { return wire.NormalizeUUID(s) }

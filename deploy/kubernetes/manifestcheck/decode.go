@@ -13,7 +13,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"testing"
 
@@ -169,14 +168,4 @@ func None[T any](t testing.TB, objs []Object) {
 	if found := All[T](objs); len(found) != 0 {
 		t.Errorf("want no %T, found %d", new(T), len(found))
 	}
-}
-
-// Kinds returns the sorted kinds of objs, for messages.
-func Kinds(objs []Object) []string {
-	var out []string
-	for _, o := range objs {
-		out = append(out, o.Kind)
-	}
-	sort.Strings(out)
-	return out
 }
