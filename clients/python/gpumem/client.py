@@ -19,7 +19,7 @@ from . import _cuda, _oom, _ownership, config, protocol, sources as _sources
 
 log = logging.getLogger("gpumem")
 
-HEARTBEAT = 10.0  # seconds between full-state pushes on a connection
+HEARTBEAT = 10.0  # a full-state push at the first cycle of each such period
 SEND_TIMEOUT = 1.0
 CONNECT_TIMEOUT = 1.0
 BACKOFF_INITIAL = 0.5
@@ -113,12 +113,12 @@ class Client(object):
             self._wake.wait(self._wait_time())
         self._close()
 
-    def _wait_time(self):
+    def _wait_time(self, wall=None):
         if self._sock is None:
             pending = self._next_connect - time.monotonic()
             if pending > 0:
                 return pending
-        return self.interval
+        return grid_wait(time.time() if wall is None else wall, self.interval)
 
     def _cycle(self, now):
         if self._torch is not None:
@@ -331,7 +331,11 @@ class Client(object):
             return None
 
     def _send_stats(self, entries, now, force=()):
-        full = self._last_full is None or now - self._last_full >= max(self.heartbeat, self.interval)
+        # The heartbeat goes at the first push of each heartbeat period of
+        # the (host-wide) monotonic clock, so a node's clients send theirs
+        # in the same cycle.
+        period = max(self.heartbeat, self.interval)
+        full = self._last_full is None or int(now // period) != int(self._last_full // period)
         if full:
             todo = entries
         else:
@@ -360,6 +364,18 @@ class Client(object):
         of the descriptor leaves the parent's connection open (no shutdown)."""
         self._thread = None
         self._close()
+
+
+def grid_wait(now, every):
+    """Seconds from now (clock time) to the first whole multiple of every
+    since the epoch that is at least every/2 away. Every client of a node
+    wakes at those instants, and so does the daemon's NVML poll when every
+    is its interval: their messages reach it together, one wake-up instead
+    of one per client."""
+    d = every - (now % every)
+    if d < every / 2.0:
+        d += every
+    return d
 
 
 # -- the process-wide client --

@@ -73,6 +73,36 @@ class WireTest(GpumemTestCase):
         self.assertEqual(got, [[], ["0:10", "1:20"], ["1:21"], ["0:10", "1:21"]])
         self.assertEqual(d.messages()[0]["type"], "hello")
 
+    def test_clients_connected_at_different_times_send_their_heartbeats_together(self):
+        # Two clients of one node, connected 3.5 s apart: their full-state
+        # pushes fall in the same cycle, the first after each 10 s of the
+        # monotonic clock, so the daemon wakes once for both.
+        d = self.daemon()
+        self.install_torch({0: {"stats": torch_stats(10)}})
+        a = self.client(start=False, heartbeat=10.0)
+        b = self.client(start=False, heartbeat=10.0)
+        a._cycle(100.5)
+        b._cycle(104.0)
+        wait_until(lambda: len(d.messages("stats")) == 2, what="both clients' first state")
+        fulls = {"a": [], "b": []}
+        for now in (105.0, 106.0, 107.0, 108.0, 109.0, 110.0, 111.0, 119.0, 120.0, 121.0):
+            for name, c in (("a", a), ("b", b)):
+                before = c._last_full
+                c._cycle(now)
+                if c._last_full != before:
+                    fulls[name].append(now)
+        self.assertEqual(fulls, {"a": [110.0, 120.0], "b": [110.0, 120.0]})
+
+    def test_cycles_wake_on_the_grid_of_the_interval(self):
+        c = self.client(start=False, interval=1.0)
+        c._sock = object()  # connected: the wait is the push interval's
+        try:
+            for wall, want in ((1000.0, 1.0), (1000.25, 0.75), (1000.5, 0.5), (1000.75, 1.25), (1000.9999, 1.0001)):
+                self.assertAlmostEqual(c._wait_time(wall=wall), want, places=6, msg="at %r" % wall)
+        finally:
+            c._sock = None
+        self.assertAlmostEqual(gpumem.client.grid_wait(12.3, 0.5), 0.7, places=6)
+
     def test_large_state_is_split_into_messages_within_64_KiB(self):
         d = self.daemon()
         n = 2000
