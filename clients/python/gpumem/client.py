@@ -367,12 +367,14 @@ class Client(object):
 
 
 def grid_wait(now, every):
-    """Seconds from now (clock time) to the first whole multiple of every
-    since the epoch that is at least every/2 away. Every client of a node
-    wakes at those instants, and so does the daemon's NVML poll when every
-    is its interval: their messages reach it together, one wake-up instead
-    of one per client."""
-    d = every - (now % every)
+    """Seconds from now (clock time) to the first instant half-way between
+    two whole multiples of every since the epoch that is at least every/2
+    away. Every client of a node wakes at those instants, so their
+    messages reach the daemon together, one wake-up for all of them; the
+    daemon polls NVML on the whole multiples (when every is its interval),
+    and keeping the messages off that instant keeps them out of the poll's
+    busy stretch, where the Go runtime's monitor spins."""
+    d = every - ((now - every / 2.0) % every)
     if d < every / 2.0:
         d += every
     return d

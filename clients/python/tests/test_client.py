@@ -93,15 +93,16 @@ class WireTest(GpumemTestCase):
                     fulls[name].append(now)
         self.assertEqual(fulls, {"a": [110.0, 120.0], "b": [110.0, 120.0]})
 
-    def test_cycles_wake_on_the_grid_of_the_interval(self):
+    def test_cycles_wake_half_way_between_the_daemons_polls(self):
         c = self.client(start=False, interval=1.0)
         c._sock = object()  # connected: the wait is the push interval's
         try:
-            for wall, want in ((1000.0, 1.0), (1000.25, 0.75), (1000.5, 0.5), (1000.75, 1.25), (1000.9999, 1.0001)):
+            # Half-way between the daemon's polls (whole seconds).
+            for wall, want in ((1000.5, 1.0), (1000.75, 0.75), (1001.0, 0.5), (1001.25, 1.25), (1001.4999, 1.0001)):
                 self.assertAlmostEqual(c._wait_time(wall=wall), want, places=6, msg="at %r" % wall)
         finally:
             c._sock = None
-        self.assertAlmostEqual(gpumem.client.grid_wait(12.3, 0.5), 0.7, places=6)
+        self.assertAlmostEqual(gpumem.client.grid_wait(12.3, 0.5), 0.45, places=6)
 
     def test_large_state_is_split_into_messages_within_64_KiB(self):
         d = self.daemon()
