@@ -12,7 +12,9 @@
 #     OUT=/tmp/rounds bash scripts/gpu/idle_rounds.sh
 # VARIANTS maps a round's name to a binary in $BIN (gzipped or not) and
 # its flags: "name=binary[,flag...] ...". strace comes from $PERF_BUNDLE
-# as in idle_perf.sh. Back in $OUT: summary.txt, rounds.jsonl.
+# as in idle_perf.sh. CLIENT is the directory of the gpumem package the
+# processes use (default clients/python; another commit's copy, from git
+# archive, compares clients). Back in $OUT: summary.txt, rounds.jsonl.
 set -u
 OUT=${OUT:-/tmp/gpumem-idle-rounds}
 BIN=${BIN:-.bin/idle2}
@@ -24,7 +26,8 @@ STRACE_SECONDS=${STRACE_SECONDS:-20}
 PERF_BUNDLE=${PERF_BUNDLE:-.bin/perf.tgz}
 mkdir -p "$OUT"
 exec > >(tee "$OUT/summary.txt") 2>&1
-export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/clients/python
+CLIENT=${CLIENT:-$PWD/clients/python}
+export PYTHONUNBUFFERED=1 PYTHONPATH=$CLIENT
 WORK=$(mktemp -d)
 PIDS=()
 cleanup() {
