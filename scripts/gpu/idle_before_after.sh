@@ -14,6 +14,7 @@
 #   VARIANTS="old=gpumem_exporter_new lists0=gpumem_exporter_head,--nvml.process-refresh=0s head=gpumem_exporter_head" \
 #     AFTER_ALLOCSTATS= OUT=/tmp/idle bash scripts/gpu/idle_before_after.sh
 set -u
+. scripts/gpu/lib.sh
 OUT=${OUT:-/tmp/gpumem-idle}
 BIN=${BIN:-.bin/compare}
 BEFORE=${BEFORE:-gpumem_exporter}
@@ -71,10 +72,7 @@ for n in 1 16; do
 		done
 	done
 	have=$n
-	for _ in $(seq 180); do
-		[ "$(nvidia-smi --query-compute-apps=pid --format=csv,noheader | wc -l)" -ge $((${#NAMES[@]} * n)) ] && break
-		sleep 1
-	done
+	wait_gpu_processes $((${#NAMES[@]} * n))
 	sleep 8
 	m=()
 	for b in "${NAMES[@]}"; do

@@ -7,6 +7,7 @@
 # $OUT/gomaxprocs.jsonl. Binary: $BIN/gpumem_exporter(.gz), as for
 # compare_peers.sh.
 set -u
+. scripts/gpu/lib.sh
 OUT=${OUT:-/tmp/gpumem-gomaxprocs}
 BIN=${BIN:-.bin/compare}
 mkdir -p "$OUT" /run/gpumem
@@ -33,15 +34,12 @@ done
 sleep 2
 : >"$OUT/gomaxprocs.jsonl"
 for n in 1 16; do
-	have=$(nvidia-smi --query-compute-apps=pid --format=csv,noheader | wc -l)
+	have=$(gpu_processes)
 	for _ in $(seq $((n - have))); do
 		python3 scripts/gpu/hold.py 256 >/dev/null 2>&1 &
 		PIDS+=("$!")
 	done
-	for _ in $(seq 120); do
-		[ "$(nvidia-smi --query-compute-apps=pid --format=csv,noheader | wc -l)" -ge "$n" ] && break
-		sleep 1
-	done
+	wait_gpu_processes "$n" 120
 	sleep 5
 	idle=()
 	for g in 1 2 0; do

@@ -20,6 +20,7 @@
 # symbols (no -s). From the repository root:
 #   OUT=/tmp/perf bash scripts/gpu/idle_perf.sh
 set -u
+. scripts/gpu/lib.sh
 OUT=${OUT:-/tmp/gpumem-idle-perf}
 BIN=${BIN:-.bin/idle}
 EXPORTER=${EXPORTER:-gpumem_exporter_sym}
@@ -68,10 +69,7 @@ for _ in $(seq "$N"); do
 	GPUMEM_SOCKET=$WORK/A.sock python3 scripts/gpu/hold.py 256 >/dev/null 2>&1 &
 	PIDS+=("$!")
 done
-for _ in $(seq 180); do
-	[ "$(nvidia-smi --query-compute-apps=pid --format=csv,noheader | wc -l)" -ge "$N" ] && break
-	sleep 1
-done
+wait_gpu_processes "$N"
 sleep 10
 
 echo "=== 1. idle CPU, $IDLE_SECONDS s, no scrapes ==="

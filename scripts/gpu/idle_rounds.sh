@@ -16,6 +16,7 @@
 # processes use (default clients/python; another commit's copy, from git
 # archive, compares clients). Back in $OUT: summary.txt, rounds.jsonl.
 set -u
+. scripts/gpu/lib.sh
 OUT=${OUT:-/tmp/gpumem-idle-rounds}
 BIN=${BIN:-.bin/idle2}
 VARIANTS=${VARIANTS:-new=new old=old}
@@ -75,11 +76,8 @@ for _ in $(seq "$N"); do
 	GPUMEM_SOCKET=$SOCK python3 scripts/gpu/hold.py 256 >/dev/null 2>&1 &
 	PIDS+=("$!")
 done
-for _ in $(seq 180); do
-	[ "$(nvidia-smi --query-compute-apps=pid --format=csv,noheader | wc -l)" -ge "$N" ] && break
-	sleep 1
-done
-echo "$(nvidia-smi --query-compute-apps=pid --format=csv,noheader | wc -l) processes on the GPU"
+wait_gpu_processes "$N"
+echo "$(gpu_processes) processes on the GPU"
 round=0
 for v in $ROUNDS; do
 	round=$((round + 1))

@@ -8,6 +8,7 @@
 #    $AFTER_TEST), alternated three times, GOMAXPROCS 1.
 #   OUT=/tmp/x bash scripts/gpu/issue12_idle_profile.sh
 set -u
+. scripts/gpu/lib.sh
 OUT=${OUT:-/tmp/gpumem-idle-profile}
 BIN=${BIN:-.bin/compare}
 BEFORE_TEST=${BEFORE_TEST:-allocstats.test}
@@ -27,10 +28,7 @@ for _ in $(seq 16); do
 	GPUMEM_SOCKET=$W/s.sock python3 scripts/gpu/hold.py 256 >/dev/null 2>&1 &
 	H+=("$!")
 done
-for _ in $(seq 180); do
-	[ "$(nvidia-smi --query-compute-apps=pid --format=csv,noheader | wc -l)" -ge 16 ] && break
-	sleep 1
-done
+wait_gpu_processes 16
 sleep 8
 python3 scripts/gpu/peer_bench.py idle "$E" 60 >"$OUT/idle.json" &
 I=$!
