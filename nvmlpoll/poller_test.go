@@ -3,6 +3,7 @@ package nvmlpoll
 import (
 	"context"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -323,5 +324,48 @@ func TestFreshWithoutRunReturnsTheLatestAndTheDeadline(t *testing.T) {
 	snap, err := p.Fresh(ctx)
 	if err == nil || snap != p.Snapshot() {
 		t.Errorf("Fresh without Run = %p, %v; want the latest snapshot and the context's error", snap, err)
+	}
+}
+
+// Run polls on the grid of its interval (whole multiples since the Unix
+// epoch), which the allocator socket's check shares, so an idle daemon
+// wakes once per interval for both. Timers only ever fire late, so each
+// poll after the first starts a little after a multiple of the interval.
+func TestRunPollsOnTheGridOfTheInterval(t *testing.T) {
+	const interval = 300 * time.Millisecond
+	var mu sync.Mutex
+	var starts []time.Time
+	p := NewPoller(Config{Lib: newMockNode(), Interval: interval, BeforePoll: func() {
+		mu.Lock()
+		starts = append(starts, time.Now())
+		mu.Unlock()
+	}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { p.Run(ctx); close(done) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		n := len(starts)
+		mu.Unlock()
+		if n >= 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d polls in 10 s", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	for i, at := range starts[1:4] {
+		if late := time.Duration(at.UnixNano() % int64(interval)); late > interval/3 {
+			t.Errorf("poll %d started %s after a multiple of the interval, want under %s", i+2, late, interval/3)
+		}
+		if gap := at.Sub(starts[i]); gap < interval/2 {
+			t.Errorf("poll %d started %s after the one before, want at least half the interval", i+2, gap)
+		}
 	}
 }
