@@ -26,6 +26,7 @@ type options struct {
 	healthAddress          string
 	webMaxConnections      int
 	gomaxprocs             int
+	releaseStartupPages    bool
 	logLevel, logFormat    string
 	backend                string
 	pollInterval           time.Duration
@@ -71,6 +72,7 @@ func parseFlags(app *kingpin.Application, args []string) (*options, error) {
 	app.Flag("web.health-address", "Also serve /-/healthy and /-/ready, without TLS or authentication, on this address (for probes when --web.config.file turns on basic auth). Empty: off.").Default("").StringVar(&o.healthAddress)
 	app.Flag("web.max-connections", "Most HTTP connections open at once per listen address; at the cap a new connection closes the one idle longest (a request in progress is never cut).").Default("64").SetValue(&intFlag{"web.max-connections", &o.webMaxConnections})
 	app.Flag("runtime.gomaxprocs", "The most OS threads running Go code at once (GOMAXPROCS), as in node_exporter: 1 keeps a scrape's and a poll's CPU lowest; raise it where hundreds of clients push at once. 0: one per CPU.").Envar("GOMAXPROCS").Default("1").SetValue(&intFlag{"runtime.gomaxprocs", &o.gomaxprocs})
+	app.Flag("runtime.release-startup-pages", "After the first poll, give back the memory only start-up used: the pages of the binary and of NVML's libraries that no longer run (read back from disk one page at a time if ever needed) and the free heap. About 12 MiB of RSS on an H200 node. --no-runtime.release-startup-pages keeps them.").Default("true").BoolVar(&o.releaseStartupPages)
 	app.Flag("log.level", "Only log messages with the given severity or above: debug, info, warn, error.").Default("info").EnumVar(&o.logLevel, "debug", "info", "warn", "error")
 	app.Flag("log.format", "Output format of log messages: logfmt, json.").Default("logfmt").EnumVar(&o.logFormat, "logfmt", "json")
 	app.Flag("nvml.backend", "Where GPU data comes from: nvml (the real library) or simulated (a scripted 8-GPU H200 node).").Default("nvml").EnumVar(&o.backend, "nvml", "simulated")

@@ -17,7 +17,9 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -36,6 +38,7 @@ import (
 	"github.com/gpumem/gpumem_exporter/attribution"
 	"github.com/gpumem/gpumem_exporter/collector"
 	"github.com/gpumem/gpumem_exporter/exposition"
+	"github.com/gpumem/gpumem_exporter/internal/memtrim"
 	"github.com/gpumem/gpumem_exporter/internal/ratelog"
 	"github.com/gpumem/gpumem_exporter/landing"
 	"github.com/gpumem/gpumem_exporter/nvmlpoll"
@@ -135,6 +138,19 @@ func run(o *options, logger, bare log.Logger) error {
 	return runErr
 }
 
+// releaseStartupPages gives back the memory only start-up used
+// (--runtime.release-startup-pages; internal/memtrim says how).
+func releaseStartupPages(logger log.Logger) {
+	res, err := memtrim.Release()
+	if err != nil {
+		level.Warn(logger).Log("msg", "could not give back all the memory start-up used", "err", err, "rss_before_mib", mib(res.Before), "rss_after_mib", mib(res.After))
+		return
+	}
+	level.Info(logger).Log("msg", "gave back the memory start-up used", "rss_before_mib", mib(res.Before), "rss_after_mib", mib(res.After), "mappings", res.Regions)
+}
+
+func mib(b uint64) string { return strconv.FormatFloat(float64(b)/(1<<20), 'f', 1, 64) }
+
 // listen opens every --web.listen-address (capped at --web.max-connections
 // each, idle connections closed first at the cap), or returns nil
 // listeners under systemd socket activation.
@@ -227,6 +243,14 @@ func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, er
 		store.DropUnlisted(time.Now(), o.unlistedGrace, listedOn(s, sim))
 	}}
 	poller := nvmlpoll.NewPoller(cfg)
+	if o.releaseStartupPages {
+		// Once: by the end of the first poll NVML is initialised and every
+		// source has started; what start-up alone touched can go.
+		var once sync.Once
+		poller.OnPoll(func(*nvmlpoll.Snapshot) {
+			once.Do(func() { go releaseStartupPages(logger) })
+		})
+	}
 
 	// The one join, and what reads it.
 	// Memory labels the processes that exited, which the store keeps for

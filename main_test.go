@@ -472,3 +472,38 @@ func missingLines(body string, want []string) []string {
 	}
 	return out
 }
+
+// TestReleasesStartupPagesOnceAfterTheFirstPoll: by default the exporter
+// gives back what start-up alone used once its first poll is done, and
+// goes on serving; --no-runtime.release-startup-pages keeps it all.
+func TestReleasesStartupPagesOnceAfterTheFirstPoll(t *testing.T) {
+	t.Parallel()
+	const gaveBack = "gave back the memory start-up used"
+	e := startExporter(t)
+	exportertest.Eventually(t, 10*time.Second, "log line "+gaveBack, func() bool {
+		return strings.Contains(e.Log.String(), gaveBack)
+	})
+	e.WaitReady(t)
+	for i := 0; i < 3; i++ {
+		if _, fams := scrape(t, e); fams["gpumem_gpu_memory_total_bytes"] == nil {
+			t.Fatal("no gpumem_gpu_memory_total_bytes after the release")
+		}
+	}
+	polls := e.Metric(t, `gpumem_nvml_poll_duration_seconds_count`)
+	exportertest.Eventually(t, 10*time.Second, "two more polls", func() bool {
+		return e.Metric(t, `gpumem_nvml_poll_duration_seconds_count`) >= polls+2
+	})
+	if n := strings.Count(e.Log.String(), gaveBack); n != 1 {
+		t.Errorf("released %d times, want once", n)
+	}
+
+	kept := startExporter(t, "--no-runtime.release-startup-pages")
+	kept.WaitReady(t)
+	polls = kept.Metric(t, `gpumem_nvml_poll_duration_seconds_count`)
+	exportertest.Eventually(t, 10*time.Second, "two more polls", func() bool {
+		return kept.Metric(t, `gpumem_nvml_poll_duration_seconds_count`) >= polls+2
+	})
+	if strings.Contains(kept.Log.String(), gaveBack) {
+		t.Error("released with --no-runtime.release-startup-pages")
+	}
+}

@@ -11,7 +11,8 @@
 #   ROUNDS="new old new old" VARIANTS="new=new old=old" BIN=.bin/idle2 \
 #     OUT=/tmp/rounds bash scripts/gpu/idle_rounds.sh
 # VARIANTS maps a round's name to a binary in $BIN (gzipped or not) and
-# its flags: "name=binary[,flag...] ...". strace comes from $PERF_BUNDLE
+# its flags: "name=binary[,flag...] ..."; a word NAME=value among the
+# flags goes into the build's environment instead. strace comes from $PERF_BUNDLE
 # as in idle_perf.sh. CLIENT is the directory of the gpumem package the
 # processes use (default clients/python; another commit's copy, from git
 # archive, compares clients). Back in $OUT: summary.txt, rounds.jsonl.
@@ -47,6 +48,9 @@ for v in $VARIANTS; do
 	if [ -f "$BIN/$b.gz" ]; then gunzip -c "$BIN/$b.gz" >"$WORK/$b"; else cp "$BIN/$b" "$WORK/$b"; fi
 	chmod +x "$WORK/$b"
 done
+# Written back to disk before any round: a binary's dirty pages would
+# stay in memory whatever the exporter asks of the kernel.
+sync
 STRACE=
 if [ -f "$PERF_BUNDLE" ]; then
 	tar -C "$WORK" -xzf "$PERF_BUNDLE"
@@ -58,9 +62,12 @@ echo "cpus $(nproc) kernel $(uname -r)"
 SOCK=$WORK/s.sock
 metric() { curl -s 127.0.0.1:9600/metrics | grep -E "^$1 " | awk '{print $2}'; }
 start() {
-	# shellcheck disable=SC2086 # the flags are words
-	"$WORK/${BINOF[$1]}" --web.listen-address=127.0.0.1:9600 --nvml.poll-interval=1s \
-		--allocstats.socket="$SOCK" ${FLAGSOF[$1]} >"$WORK/exporter_$1.log" 2>&1 &
+	local envs=() flags=()
+	for w in ${FLAGSOF[$1]}; do
+		case $w in [A-Z]*=*) envs+=("$w") ;; *) flags+=("$w") ;; esac
+	done
+	env "${envs[@]}" "$WORK/${BINOF[$1]}" --web.listen-address=127.0.0.1:9600 --nvml.poll-interval=1s \
+		--allocstats.socket="$SOCK" "${flags[@]}" >"$WORK/exporter_$1.log" 2>&1 &
 	E=$!
 	for _ in $(seq 50); do [ -S "$SOCK" ] && break; sleep 0.1; done
 }
@@ -98,6 +105,8 @@ for v in $ROUNDS; do
 	rss=$(grep -E '^(VmRSS|RssAnon|RssFile):' /proc/$E/status | awk '{printf "%s%.1f", (NR>1?",":""), $2/1024}')
 	python3 -c "import json,sys; d=json.load(open(sys.argv[1])); d.update(round=int(sys.argv[2]), build=sys.argv[3], connections=sys.argv[4], stats_lines=int(sys.argv[5]), mean_poll_us=float(sys.argv[6]), rss_anon_file_mib=sys.argv[7]); print(json.dumps(d))" \
 		"$WORK/idle.json" "$round" "$v" "$c0" "$((m1 - m0))" "$poll" "$rss" | tee -a "$OUT/rounds.jsonl"
+	echo "-- $v: largest mappings (resident KiB, range, permissions, name)"
+	awk '/^[0-9a-f]+-[0-9a-f]+ /{m=$1" "$2" "($6==""?"[anon]":$6)} /^Rss:/{print $2, m}' /proc/$E/smaps | sort -rn | head -12
 	if [ -n "$STRACE" ] && [ "$round" -le 2 ]; then
 		timeout -s INT "$STRACE_SECONDS" $STRACE -f -c -p "$E" -o "$WORK/strace.txt" >/dev/null 2>&1
 		echo "-- $v: system calls over $STRACE_SECONDS s"

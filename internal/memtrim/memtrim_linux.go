@@ -1,0 +1,157 @@
+package memtrim
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime/debug"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// region is one mapping of /proc/self/smaps.
+type region struct {
+	start, end uint64
+	perms      string
+	inode      string
+	path       string
+	// anonymous is the bytes of the mapping held privately (copy on
+	// write): smaps' "Anonymous:" line.
+	anonymous uint64
+}
+
+// releasable reports whether r maps a regular file read-only and
+// privately: the binary's code and constants and the shared libraries'.
+// Writable mappings (data, heap), shared ones, anonymous ones, devices
+// (NVML maps /dev/nvidia*) and memfds are never advised.
+func (r region) releasable() bool {
+	return len(r.perms) == 4 && r.perms[0] == 'r' && r.perms[1] == '-' && r.perms[3] == 'p' &&
+		r.inode != "0" && strings.HasPrefix(r.path, "/") &&
+		!strings.HasPrefix(r.path, "/dev/") && !strings.HasPrefix(r.path, "/memfd:")
+}
+
+// parseSmaps reads the mappings of an smaps file.
+func parseSmaps(rd io.Reader) ([]region, error) {
+	var out []region
+	sc := bufio.NewScanner(rd)
+	sc.Buffer(make([]byte, 0, 4096), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		fields := strings.Fields(line)
+		if len(fields) == 0 {
+			continue
+		}
+		if lo, hi, ok := strings.Cut(fields[0], "-"); ok && !strings.HasSuffix(fields[0], ":") {
+			start, err1 := strconv.ParseUint(lo, 16, 64)
+			end, err2 := strconv.ParseUint(hi, 16, 64)
+			if err1 != nil || err2 != nil || end <= start || len(fields) < 5 {
+				return nil, fmt.Errorf("smaps: cannot read mapping %q", line)
+			}
+			r := region{start: start, end: end, perms: fields[1], inode: fields[4]}
+			if len(fields) > 5 {
+				// A path may hold spaces; " (deleted)" stays on it.
+				r.path = strings.Join(fields[5:], " ")
+			}
+			out = append(out, r)
+			continue
+		}
+		if fields[0] == "Anonymous:" && len(out) > 0 && len(fields) >= 2 {
+			kb, err := strconv.ParseUint(fields[1], 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("smaps: cannot read %q", line)
+			}
+			out[len(out)-1].anonymous = kb << 10
+		}
+	}
+	return out, sc.Err()
+}
+
+func madvise(r region, advice int) error {
+	if _, _, e := unix.Syscall(unix.SYS_MADVISE, uintptr(r.start), uintptr(r.end-r.start), uintptr(advice)); e != 0 {
+		return e
+	}
+	return nil
+}
+
+// Release drops from memory the pages of the read-only file mappings
+// (the binary and its shared libraries) and the free heap, as the
+// package comment says. Call it once, when start-up is over. It needs
+// Linux 5.4 (MADV_PAGEOUT); on an older kernel it drops the mappings'
+// pages from the process only.
+//
+// Three steps per mapping, each advice only:
+//   - MADV_RANDOM: a page faulted in later is read alone, without
+//     read-ahead around it.
+//   - MADV_PAGEOUT: the kernel reclaims the mapping's pages that no other
+//     process maps, dropping clean file pages from the page cache and
+//     writing private ones to swap (or keeping them). The kernel does this
+//     to file pages only for a process that may write the file (its owner,
+//     root, or where its permissions allow); otherwise it skips them.
+//   - MADV_DONTNEED, only on mappings that hold no private page: the
+//     process unmaps the pages that are still mapped (those PAGEOUT
+//     skipped). They stay in the page cache and fault back in on use,
+//     whole large folios at a time, so this frees less than PAGEOUT.
+//
+// Then the Go heap's free pages go back to the kernel
+// (debug.FreeOSMemory).
+func Release() (Result, error) {
+	var res Result
+	res.Before = rss()
+	data, err := os.ReadFile("/proc/self/smaps")
+	if err != nil {
+		return res, err
+	}
+	regions, err := parseSmaps(bytes.NewReader(data))
+	if err != nil {
+		return res, err
+	}
+	var pageoutErr error
+	for _, r := range regions {
+		if !r.releasable() {
+			continue
+		}
+		res.Regions++
+		// Errors are per mapping (a locked one refuses) and change nothing
+		// the process relies on: the next mapping is still worth trying.
+		_ = madvise(r, unix.MADV_RANDOM)
+		if err := madvise(r, unix.MADV_PAGEOUT); err != nil && pageoutErr == nil {
+			pageoutErr = err
+		}
+		if r.anonymous == 0 {
+			_ = madvise(r, unix.MADV_DONTNEED)
+		}
+	}
+	debug.FreeOSMemory()
+	res.After = rss()
+	if res.Regions == 0 {
+		return res, errors.New("no read-only file mapping found in /proc/self/smaps")
+	}
+	if errors.Is(pageoutErr, unix.EINVAL) {
+		return res, fmt.Errorf("the kernel does not reclaim on request (MADV_PAGEOUT needs Linux 5.4): %w", pageoutErr)
+	}
+	return res, nil
+}
+
+// rss is VmRSS of /proc/self/status in bytes, 0 where unknown.
+func rss() uint64 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(data)) {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(rest)
+			if len(f) == 0 {
+				return 0
+			}
+			kb, _ := strconv.ParseUint(f[0], 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
