@@ -64,7 +64,7 @@ metric() { curl -s 127.0.0.1:9600/metrics | grep -E "^$1 " | awk '{print $2}'; }
 start() {
 	local envs=() flags=()
 	for w in ${FLAGSOF[$1]}; do
-		case $w in [A-Z]*=*) envs+=("$w") ;; *) flags+=("$w") ;; esac
+		case $w in [A-Z_]*=*) envs+=("$w") ;; *) flags+=("$w") ;; esac
 	done
 	env "${envs[@]}" "$WORK/${BINOF[$1]}" --web.listen-address=127.0.0.1:9600 --nvml.poll-interval=1s \
 		--allocstats.socket="$SOCK" "${flags[@]}" >"$WORK/exporter_$1.log" 2>&1 &
