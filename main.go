@@ -146,7 +146,11 @@ func releaseStartupPages(logger log.Logger) {
 		level.Warn(logger).Log("msg", "could not give back all the memory start-up used", "err", err, "rss_before_mib", mib(res.Before), "rss_after_mib", mib(res.After))
 		return
 	}
-	level.Info(logger).Log("msg", "gave back the memory start-up used", "rss_before_mib", mib(res.Before), "rss_after_mib", mib(res.After), "mappings", res.Regions)
+	msg := "gave back the memory start-up used"
+	if res.NoPageout {
+		msg += "; the kernel cannot reclaim pages on request (MADV_PAGEOUT, Linux 5.4), so they were only unmapped"
+	}
+	level.Info(logger).Log("msg", msg, "rss_before_mib", mib(res.Before), "rss_after_mib", mib(res.After), "mappings", res.Regions)
 }
 
 func mib(b uint64) string { return strconv.FormatFloat(float64(b)/(1<<20), 'f', 1, 64) }

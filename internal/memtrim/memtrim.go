@@ -28,4 +28,7 @@ type Result struct {
 	// Before and After are the process's resident set in bytes (VmRSS)
 	// just before and just after.
 	Before, After uint64
+	// NoPageout: the kernel refused MADV_PAGEOUT (it needs Linux 5.4), so
+	// the pages were only unmapped from the process, not reclaimed.
+	NoPageout bool
 }

@@ -82,7 +82,7 @@ func madvise(r region, advice int) error {
 // (the binary and its shared libraries) and the free heap, as the
 // package comment says. Call it once, when start-up is over. It needs
 // Linux 5.4 (MADV_PAGEOUT); on an older kernel it drops the mappings'
-// pages from the process only.
+// pages from the process only, and says so in Result.NoPageout.
 //
 // Three steps per mapping, each advice only:
 //   - MADV_RANDOM: a page faulted in later is read alone, without
@@ -110,7 +110,7 @@ func Release() (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	var pageoutErr error
+	pageouts, refused := 0, 0
 	for _, r := range regions {
 		if !r.releasable() {
 			continue
@@ -119,8 +119,9 @@ func Release() (Result, error) {
 		// Errors are per mapping (a locked one refuses) and change nothing
 		// the process relies on: the next mapping is still worth trying.
 		_ = madvise(r, unix.MADV_RANDOM)
-		if err := madvise(r, unix.MADV_PAGEOUT); err != nil && pageoutErr == nil {
-			pageoutErr = err
+		pageouts++
+		if err := madvise(r, unix.MADV_PAGEOUT); errors.Is(err, unix.EINVAL) {
+			refused++
 		}
 		if r.anonymous == 0 {
 			_ = madvise(r, unix.MADV_DONTNEED)
@@ -128,11 +129,11 @@ func Release() (Result, error) {
 	}
 	debug.FreeOSMemory()
 	res.After = rss()
+	// A kernel without MADV_PAGEOUT refuses it everywhere; one mapping
+	// that refuses (a locked one) is no news.
+	res.NoPageout = pageouts > 0 && refused == pageouts
 	if res.Regions == 0 {
 		return res, errors.New("no read-only file mapping found in /proc/self/smaps")
-	}
-	if errors.Is(pageoutErr, unix.EINVAL) {
-		return res, fmt.Errorf("the kernel does not reclaim on request (MADV_PAGEOUT needs Linux 5.4): %w", pageoutErr)
 	}
 	return res, nil
 }

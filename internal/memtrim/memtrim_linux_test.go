@@ -2,6 +2,7 @@ package memtrim
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -161,6 +162,9 @@ func TestReleaseDropsCleanFilePagesAndKeepsPrivateOnes(t *testing.T) {
 	if res.Regions < 3 || res.Before == 0 || res.After == 0 {
 		t.Errorf("result %+v", res)
 	}
+	if res.NoPageout && kernelAtLeast(t, 5, 4) {
+		t.Error("NoPageout on a kernel that has MADV_PAGEOUT")
+	}
 	if got := residentOf(t, cleanAddr); got != 0 {
 		t.Errorf("after Release %d bytes of the clean mapping still resident, want 0", got)
 	}
@@ -175,6 +179,19 @@ func TestReleaseDropsCleanFilePagesAndKeepsPrivateOnes(t *testing.T) {
 	if !bytes.Equal(relro[page:], bytes.Repeat([]byte{'A'}, size-page)) {
 		t.Error("the rest of the written mapping reads differently")
 	}
+}
+
+func kernelAtLeast(t *testing.T, major, minor int) bool {
+	t.Helper()
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		t.Fatal(err)
+	}
+	var ma, mi int
+	if _, err := fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &ma, &mi); err != nil {
+		t.Fatal(err)
+	}
+	return ma > major || ma == major && mi >= minor
 }
 
 func TestRSS(t *testing.T) {
