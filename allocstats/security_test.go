@@ -608,3 +608,33 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// While the poller prunes the store, a connection bound to a live entry
+// is left to the prune (no pidfd check of its own every second); one not
+// bound yet, or any connection when the store was not pruned lately, is
+// still asked through its pidfd.
+func TestServerLeavesBoundConnectionsToThePrune(t *testing.T) {
+	var calls atomic.Int32
+	p := &peer{id: Identity{PID: 5003, UID: 1000, StartTime: 7}, alive: func() bool { calls.Add(1); return true }, sweep: true}
+	ts := startServer(t, nil, fakePeers(p), func(s *Server) { s.checkEvery = time.Hour })
+	bound := dial(t, ts.path)
+	bound.send(statsLine(testUUID, 1, ""))
+	bound.hello()
+	dial(t, ts.path) // connected, never sends: not bound to an entry
+	eventually(t, "both connections are identified", func() bool { return gaugeValue(t, ts.srv.connections) == 2 })
+	alive := func(uint32, uint64) bool { return true }
+
+	ts.store.Prune(time.Now(), alive)
+	before := calls.Load()
+	ts.srv.closeStale()
+	if got := calls.Load() - before; got != 1 {
+		t.Errorf("right after a prune: %d pidfd checks, want 1 (the unbound connection only)", got)
+	}
+
+	ts.store.Prune(time.Now().Add(-3*time.Hour), alive) // the last prune, long ago
+	before = calls.Load()
+	ts.srv.closeStale()
+	if got := calls.Load() - before; got != 2 {
+		t.Errorf("without a recent prune: %d pidfd checks, want 2", got)
+	}
+}

@@ -489,6 +489,13 @@ func (s *Server) untrack(cs *connState) {
 // holder is left to read what its process queued: its EOF is at most a
 // socket buffer away.
 func (s *Server) closeStale() {
+	// While the poller prunes the store (every poll), a process that exits
+	// has its entry marked at the next poll, so a connection bound to an
+	// entry needs no check of its own: one poll(2) of all the processes'
+	// pidfds replaces a signal to each connection's pidfd every second. A
+	// connection not bound yet, or a store nobody prunes as often as this
+	// check runs, is asked through its pidfd.
+	pruned := s.store.PrunedSince(time.Now().Add(-2 * s.checkEvery))
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for cs := range s.conns {
@@ -498,7 +505,7 @@ func (s *Server) closeStale() {
 			continue
 		}
 		gone := e != nil && e.exited.Load()
-		if p := cs.peer; !gone && p != nil && p.sweep {
+		if p := cs.peer; !gone && p != nil && p.sweep && (e == nil || !pruned) {
 			gone = !p.isAlive()
 		}
 		if gone && (e == nil || !peerClosed(cs.c)) {

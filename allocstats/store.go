@@ -140,7 +140,16 @@ type Store struct {
 
 	// version is Version's count, raised after each change it covers.
 	version atomic.Uint64
+
+	// prunedAt is when Prune last asked which processes still run (Unix
+	// nanoseconds; 0 before the first time).
+	prunedAt atomic.Int64
 }
+
+// PrunedSince reports whether Prune, asking which processes still run,
+// has completed at or after t: every process that had exited by then is
+// marked exited or dropped.
+func (s *Store) PrunedSince(t time.Time) bool { return s.prunedAt.Load() >= t.UnixNano() }
 
 // Version counts the changes to what Processes returns: a process added,
 // dropped or moved to the exited ones, a hello, a stats or oom line
@@ -467,6 +476,9 @@ func (s *Store) Prune(now time.Time, alive func(pid uint32, startTime uint64) bo
 	}
 	if kept != nil {
 		s.publishLocked(kept)
+	}
+	if alive != nil {
+		s.prunedAt.Store(now.UnixNano())
 	}
 }
 
