@@ -2,7 +2,6 @@ package memtrim
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -102,15 +101,16 @@ func madvise(r region, advice int) error {
 func Release() (Result, error) {
 	var res Result
 	res.Before = rss()
-	data, err := os.ReadFile("/proc/self/smaps")
+	f, err := os.Open("/proc/self/smaps")
 	if err != nil {
 		return res, err
 	}
-	regions, err := parseSmaps(bytes.NewReader(data))
+	regions, err := parseSmaps(f)
+	f.Close()
 	if err != nil {
 		return res, err
 	}
-	pageouts, refused := 0, 0
+	refused := 0
 	for _, r := range regions {
 		if !r.releasable() {
 			continue
@@ -119,7 +119,6 @@ func Release() (Result, error) {
 		// Errors are per mapping (a locked one refuses) and change nothing
 		// the process relies on: the next mapping is still worth trying.
 		_ = madvise(r, unix.MADV_RANDOM)
-		pageouts++
 		if err := madvise(r, unix.MADV_PAGEOUT); errors.Is(err, unix.EINVAL) {
 			refused++
 		}
@@ -131,7 +130,7 @@ func Release() (Result, error) {
 	res.After = rss()
 	// A kernel without MADV_PAGEOUT refuses it everywhere; one mapping
 	// that refuses (a locked one) is no news.
-	res.NoPageout = pageouts > 0 && refused == pageouts
+	res.NoPageout = res.Regions > 0 && refused == res.Regions
 	if res.Regions == 0 {
 		return res, errors.New("no read-only file mapping found in /proc/self/smaps")
 	}
