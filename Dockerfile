@@ -17,13 +17,7 @@ RUN CGO_ENABLED=1 CGO_CFLAGS="-O2 -g -Wno-deprecated-declarations" \
 
 # glibc runtime, no shell, non-root.
 FROM gcr.io/distroless/cc-debian12:nonroot
-# Owned by the user it runs as (65532, nonroot): the kernel then lets the
-# exporter drop the pages of its binary that only start-up used
-# (--runtime.release-startup-pages: 33 -> 28 MiB of RSS on an H200 node).
-# It grants nothing else: a running binary cannot be opened for writing,
-# its directory stays root's, and the DaemonSet's root filesystem is
-# read-only.
-COPY --from=build --chown=65532:65532 /out/gpumem_exporter /usr/local/bin/gpumem_exporter
+COPY --from=build /out/gpumem_exporter /usr/local/bin/gpumem_exporter
 # The CSI node plugin (docs/csi.md): the DaemonSet runs it as a second,
 # privileged container of this image (command /usr/local/bin/gpumem-csi);
 # at startup it copies the client below into the directory it publishes.

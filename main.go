@@ -148,9 +148,9 @@ func releaseStartupPages(logger log.Logger) {
 	}
 	msg := "gave back the memory start-up used"
 	if res.NoPageout {
-		msg += "; the kernel cannot reclaim pages on request (MADV_PAGEOUT, Linux 5.4), so they were only unmapped"
+		msg += "; the kernel cannot reclaim pages on request (MADV_PAGEOUT, Linux 5.4), so only the binary's pages left the page cache"
 	}
-	level.Info(logger).Log("msg", msg, "rss_before_mib", mib(res.Before), "rss_after_mib", mib(res.After), "mappings", res.Regions)
+	level.Info(logger).Log("msg", msg, "rss_before_mib", mib(res.Before), "rss_after_mib", mib(res.After), "mappings", res.Regions, "binary_uncached", res.BinaryUncached)
 }
 
 func mib(b uint64) string { return strconv.FormatFloat(float64(b)/(1<<20), 'f', 1, 64) }

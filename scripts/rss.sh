@@ -8,9 +8,9 @@
 #   EXPORTER=/tmp/gpumem_exporter bash scripts/rss.sh
 # BACKEND=simulated (default) or nvml (on a GPU node). RUNAS=65532 runs
 # the exporter as that user (setpriv), as the DaemonSet does; the binary
-# stays root's unless OWN=1 gives it to that user (as the image does): a
-# process that may not write its binary gets less of it dropped. ROUNDS
-# repeats the four configurations.
+# stays root's (as in the image) unless OWN=1 gives it to that user: the
+# kernel reclaims file pages on MADV_PAGEOUT only for a process that may
+# write the file. ROUNDS repeats the four configurations.
 set -u
 EXPORTER=${EXPORTER:?the binary to measure}
 BACKEND=${BACKEND:-simulated}

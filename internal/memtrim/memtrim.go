@@ -9,7 +9,7 @@
 // touching one page of a file maps the whole folio, so the resident set
 // then holds most of the binary: 24 of 45 MiB on an H200 node. Release,
 // called once start-up is over, drops those pages from the process and
-// from the page cache where the kernel lets it, tells the kernel to read
+// from the page cache, tells the kernel to read
 // them back one page at a time when they are needed again, and returns
 // the heap start-up left free; what runs afterwards faults back in only
 // what it uses.
@@ -25,10 +25,13 @@ package memtrim
 type Result struct {
 	// Regions is how many read-only file mappings it advised.
 	Regions int
+	// BinaryUncached: the kernel was asked to drop the binary's cached
+	// pages (POSIX_FADV_DONTNEED); false where the binary cannot be read.
+	BinaryUncached bool
 	// Before and After are the process's resident set in bytes (VmRSS)
 	// just before and just after.
 	Before, After uint64
 	// NoPageout: the kernel refused MADV_PAGEOUT (it needs Linux 5.4), so
-	// the pages were only unmapped from the process, not reclaimed.
+	// only the binary's pages left the page cache, not the libraries'.
 	NoPageout bool
 }

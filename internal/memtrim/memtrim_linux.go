@@ -80,10 +80,10 @@ func madvise(r region, advice int) error {
 // Release drops from memory the pages of the read-only file mappings
 // (the binary and its shared libraries) and the free heap, as the
 // package comment says. Call it once, when start-up is over. It needs
-// Linux 5.4 (MADV_PAGEOUT); on an older kernel it drops the mappings'
-// pages from the process only, and says so in Result.NoPageout.
+// Linux 5.4 (MADV_PAGEOUT) for the first way below; on an older kernel
+// the second still works, and Result.NoPageout says so.
 //
-// Three steps per mapping, each advice only:
+// Per mapping, advice only:
 //   - MADV_RANDOM: a page faulted in later is read alone, without
 //     read-ahead around it.
 //   - MADV_PAGEOUT: the kernel reclaims the mapping's pages that no other
@@ -93,12 +93,24 @@ func madvise(r region, advice int) error {
 //     root, or where its permissions allow); otherwise it skips them.
 //   - MADV_DONTNEED, only on mappings that hold no private page: the
 //     process unmaps the pages that are still mapped (those PAGEOUT
-//     skipped). They stay in the page cache and fault back in on use,
-//     whole large folios at a time, so this frees less than PAGEOUT.
+//     skipped).
 //
-// Then the Go heap's free pages go back to the kernel
+// Then POSIX_FADV_DONTNEED on the binary: the kernel drops its clean
+// cached pages that no process maps (any longer). That is the same end by
+// a way any user that may read the file has, so the binary's pages go even
+// where the kernel skipped PAGEOUT; without it, its unmapped pages stay
+// cached in large folios and fault back in a folio at a time. The shared
+// libraries are left to PAGEOUT: their cached pages serve the node's other
+// processes (libcuda's the training jobs'). Finally the Go heap's free pages go back to the kernel
 // (debug.FreeOSMemory).
 func Release() (Result, error) {
+	return release(true, "/proc/self/exe")
+}
+
+// release is Release. pageout false leaves MADV_PAGEOUT out, as a kernel
+// does for a file the process may not write (the tests' way to be that
+// process); binary is the file whose cache is dropped.
+func release(pageout bool, binary string) (Result, error) {
 	var res Result
 	res.Before = rss()
 	f, err := os.Open("/proc/self/smaps")
@@ -119,22 +131,42 @@ func Release() (Result, error) {
 		// Errors are per mapping (a locked one refuses) and change nothing
 		// the process relies on: the next mapping is still worth trying.
 		_ = madvise(r, unix.MADV_RANDOM)
-		if err := madvise(r, unix.MADV_PAGEOUT); errors.Is(err, unix.EINVAL) {
-			refused++
+		if pageout {
+			if err := madvise(r, unix.MADV_PAGEOUT); errors.Is(err, unix.EINVAL) {
+				refused++
+			}
 		}
 		if r.anonymous == 0 {
 			_ = madvise(r, unix.MADV_DONTNEED)
 		}
 	}
+	res.BinaryUncached = dropCached(binary)
 	debug.FreeOSMemory()
 	res.After = rss()
 	// A kernel without MADV_PAGEOUT refuses it everywhere; one mapping
 	// that refuses (a locked one) is no news.
-	res.NoPageout = res.Regions > 0 && refused == res.Regions
+	res.NoPageout = !pageout || res.Regions > 0 && refused == res.Regions
 	if res.Regions == 0 {
 		return res, errors.New("no read-only file mapping found in /proc/self/smaps")
 	}
 	return res, nil
+}
+
+// dropCached asks the kernel to drop the cached pages of the file at
+// path that no process maps (POSIX_FADV_DONTNEED), and says whether it
+// could: not where this process may not read the file, nor for anything
+// but a regular file. The kernel never drops a dirty or mapped page so.
+func dropCached(path string) bool {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return false
+	}
+	return unix.Fadvise(fd, 0, 0, unix.FADV_DONTNEED) == nil
 }
 
 // rss is VmRSS of /proc/self/status in bytes, 0 where unknown.

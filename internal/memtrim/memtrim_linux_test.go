@@ -199,3 +199,110 @@ func TestRSS(t *testing.T) {
 		t.Errorf("rss %d bytes", r)
 	}
 }
+
+// diskDir is a temporary directory on a filesystem with a page cache
+// that fadvise can drop: tmpfs keeps its files in memory.
+func diskDir(t *testing.T) string {
+	t.Helper()
+	for _, dir := range []string{t.TempDir(), "."} {
+		var fs unix.Statfs_t
+		if unix.Statfs(dir, &fs) == nil && fs.Type != unix.TMPFS_MAGIC {
+			if dir == "." {
+				d, err := os.MkdirTemp(".", "memtrim-test-")
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { os.RemoveAll(d) })
+				return d
+			}
+			return dir
+		}
+	}
+	t.Skip("no disk filesystem to test on")
+	return ""
+}
+
+// cached is how many pages of the file at path are in the page cache,
+// as mincore sees them through a fresh mapping (the test owns the file,
+// so the kernel reports the cache, not only this process's pages).
+func cached(t *testing.T, path string, size int) int {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	m, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(m)
+	vec := make([]byte, (size+os.Getpagesize()-1)/os.Getpagesize())
+	if _, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(size), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
+		t.Fatal(e)
+	}
+	n := 0
+	for _, v := range vec {
+		n += int(v & 1)
+	}
+	return n
+}
+
+// A process that may not write its binary gets no MADV_PAGEOUT from the
+// kernel for it: the binary's pages must still leave the page cache, or
+// they fault back in whole large folios at a time. The file stands for
+// the binary here.
+func TestReleaseDropsTheCacheWithoutPageout(t *testing.T) {
+	const size = 4 << 20
+	page := os.Getpagesize()
+	path := filepath.Join(diskDir(t), "code.so")
+	if err := os.WriteFile(path, bytes.Repeat([]byte{'C'}, size), 0o444); err != nil {
+		t.Fatal(err)
+	}
+	// Written back, or the kernel keeps the dirty pages whatever it is asked.
+	if f, err := os.Open(path); err != nil {
+		t.Fatal(err)
+	} else {
+		if err := f.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ, unix.MAP_PRIVATE)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(m)
+	sum := 0
+	for i := 0; i < size; i += page {
+		sum += int(m[i])
+	}
+	if sum != int('C')*(size/page) {
+		t.Fatalf("read %d", sum)
+	}
+	if got := cached(t, path, size); got < size/page/2 {
+		t.Fatalf("before Release %d pages of the file cached, want most of %d", got, size/page)
+	}
+
+	res, err := release(false, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.NoPageout || !res.BinaryUncached {
+		t.Errorf("result %+v, want NoPageout and the file uncached", res)
+	}
+	if got := residentOf(t, uintptr(unsafe.Pointer(&m[0]))); got != 0 {
+		t.Errorf("after Release %d bytes of the mapping resident, want 0", got)
+	}
+	if got := cached(t, path, size); got != 0 {
+		t.Errorf("after Release %d pages of the file still cached, want 0", got)
+	}
+	if !bytes.Equal(m, bytes.Repeat([]byte{'C'}, size)) {
+		t.Error("the mapping reads differently after Release")
+	}
+}

@@ -6,36 +6,23 @@ and prints the figures it read, so that runs with the variable set and
 unset can be compared:
     __NVML_USE_RUSD=1 python3 nvml_rusd.py [N]
 Standard library only."""
-import ctypes
 import os
-import resource
+import sys
 import time
 
-N = 2000
-nvml = ctypes.CDLL("libnvidia-ml.so.1")
-assert nvml.nvmlInit_v2() == 0
-h = ctypes.c_void_p()
-assert nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(h)) == 0
+import nvml_ctypes as nv
 
-
-class MemV2(ctypes.Structure):
-    _fields_ = [("version", ctypes.c_uint), ("total", ctypes.c_ulonglong), ("reserved", ctypes.c_ulonglong),
-                ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
-
-
-m = MemV2()
-m.version = (2 << 24) | ctypes.sizeof(MemV2)
-
-
-def cpu():
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
+N = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
+nv.init()
+h = nv.handles()[0]
+m = nv.memory_info(h)
+cpu = nv.cpu_seconds
 
 
 def run(spacing):
     c0, t0 = cpu(), time.perf_counter()
     for _ in range(N):
-        assert nvml.nvmlDeviceGetMemoryInfo_v2(h, ctypes.byref(m)) == 0
+        nv.memory_info(h, m)
         if spacing:
             time.sleep(spacing)
     wall = time.perf_counter() - t0 - N * spacing
