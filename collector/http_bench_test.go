@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/gpumem/gpumem_exporter/exposition"
+	"github.com/gpumem/gpumem_exporter/nvmlpoll"
 )
 
 // discard is a ResponseWriter that only counts: the benchmarks measure
@@ -74,10 +75,11 @@ func benchmarkHandler(b *testing.B, h http.Handler, poll func() error) {
 // BenchmarkScrapeHTTP is a whole /metrics request on the simulated node,
 // 8 GPUs x 16 reporting processes, with the exporter's own Go, process
 // and build metrics: promhttp over one registry (the wiring before the
-// text path), and the text path, with a poll before each scrape (fresh) and without
-// (unchanged).
+// text path), and the text path, with a poll before each scrape (fresh),
+// without (unchanged), and with a poll before each scrape that reads the
+// same figures, the processes holding steady (steady).
 func BenchmarkScrapeHTTP(b *testing.B) {
-	p, _, store := simulatedNode(b, 16)
+	p, sim, store := simulatedNode(b, 16)
 	for i := 0; i < 60; i++ {
 		if err := p.Poll(); err != nil {
 			b.Fatal(err)
@@ -100,4 +102,16 @@ func BenchmarkScrapeHTTP(b *testing.B) {
 	})
 	b.Run("text/fresh", func(b *testing.B) { benchmarkHandler(b, text, p.Poll) })
 	b.Run("text/unchanged", func(b *testing.B) { benchmarkHandler(b, text, nil) })
+
+	// A poller that does not step the node: each poll reads what the last did.
+	steady := nvmlpoll.NewPoller(nvmlpoll.Config{Lib: sim.Interface()})
+	if err := steady.Poll(); err != nil {
+		b.Fatal(err)
+	}
+	steadyExp, err := New(sources(steady, store, fakeResolver{}), log.NewNopLogger(), Names()...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	steadyText := exposition.NewHandler(steadyExp, others, exposition.Options{})
+	b.Run("text/steady", func(b *testing.B) { benchmarkHandler(b, steadyText, steady.Poll) })
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpumem/gpumem_exporter/allocstats"
+	"github.com/gpumem/gpumem_exporter/exposition"
 	"github.com/gpumem/gpumem_exporter/internal/doccheck"
 	"github.com/gpumem/gpumem_exporter/nvmlpoll"
 	"github.com/gpumem/gpumem_exporter/simulate"
@@ -128,4 +129,70 @@ func TestTextIsReusedWhileTheViewIsTheSame(t *testing.T) {
 			t.Error("a scrape after a poll that changed the node served the old text")
 		}
 	}
+}
+
+// A poll that reads the same figures (processes holding steady) makes a
+// new snapshot, but the text rendered from the last one is served again;
+// once a figure moves, it is rendered anew.
+func TestTextIsReusedAfterAPollThatReadTheSame(t *testing.T) {
+	store := allocstats.NewStore(time.Minute)
+	now := time.Unix(1_750_000_000, 0)
+	sim, err := simulate.New(simulate.Config{Scenario: simulate.Load, ProcessesPerGPU: 4, Seed: 1, Sink: store,
+		Now: func() time.Time { now = now.Add(time.Second); return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No BeforePoll: the node moves only when the test steps it.
+	p := nvmlpoll.NewPoller(nvmlpoll.Config{Lib: sim.Interface()})
+	src := sources(p, store, nil)
+	src.Join.Workload = sim
+	exp, err := New(src, log.NewNopLogger(), Names()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(exp)
+	for i := 0; i < 30; i++ { // processes started and reporting
+		sim.Step()
+	}
+	poll := func() *nvmlpoll.Snapshot {
+		t.Helper()
+		if err := p.Poll(); err != nil {
+			t.Fatal(err)
+		}
+		return p.Snapshot()
+	}
+	text := func(fams []exposition.TextFamily, name string) []byte {
+		for _, f := range fams {
+			if f.Name == name {
+				return f.Text
+			}
+		}
+		t.Fatalf("no family %s", name)
+		return nil
+	}
+	const name = "gpumem_process_memory_used_bytes"
+
+	s1 := poll()
+	first, _ := exp.GatherText()
+	s2 := poll()
+	if s1 == s2 || !s1.SameReadings(s2) {
+		t.Fatal("the second poll should make a new snapshot of the same readings")
+	}
+	second, _ := exp.GatherText()
+	if &text(first, name)[0] != &text(second, name)[0] {
+		t.Error("a poll that read the same figures made the process families render again")
+	}
+	compareText(t, exp, reg)
+
+	sim.Step()
+	poll()
+	third, _ := exp.GatherText()
+	if string(text(third, name)) == string(text(first, name)) {
+		t.Fatal("the node's step changed nothing the test can see")
+	}
+	if &text(third, name)[0] == &text(first, name)[0] {
+		t.Error("a poll that read different figures served the old text")
+	}
+	compareText(t, exp, reg)
 }

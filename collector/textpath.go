@@ -90,7 +90,11 @@ func (e *Exporter) rowsText(names []string) ([]exposition.TextFamily, []result) 
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var results []result
-	if c.valid && c.snap == v.Snapshot && rowsEqual(c.rows, v.Rows) {
+	// A poll that read the same figures as the one rendered (processes
+	// holding steady) leaves the text as it was: most scrapes then cost no
+	// rendering, though a new snapshot comes every poll.
+	if c.valid && (c.snap == v.Snapshot || c.snap.SameReadings(v.Snapshot)) && rowsEqual(c.rows, v.Rows) {
+		c.snap, c.rows = v.Snapshot, v.Rows
 		for _, n := range names {
 			if _, ok := e.collectors[n].(rowsCollector); ok {
 				results = append(results, result{n, time.Since(begin), c.errs[n]})
@@ -117,9 +121,8 @@ func (e *Exporter) rowsText(names []string) ([]exposition.TextFamily, []result) 
 	return slices.Clone(fams), results
 }
 
-// rowsEqual reports whether two joins of the same snapshot gave the same
-// rows. NVML's part is compared by pointer (into the same snapshot), the
-// allocator's by value (each join copies the store).
+// rowsEqual reports whether two joins gave the same rows, compared by
+// value (each join copies the store, and each poll makes a snapshot).
 func rowsEqual(a, b []attribution.Row) bool {
 	if len(a) != len(b) {
 		return false
@@ -127,7 +130,8 @@ func rowsEqual(a, b []attribution.Row) bool {
 	for i := range a {
 		x, y := &a[i], &b[i]
 		if x.GPU != y.GPU || x.UUID != y.UUID || x.PID != y.PID || x.Framework != y.Framework || x.Comm != y.Comm || x.Exited != y.Exited ||
-			x.Info != y.Info || x.NVML != y.NVML || (x.Alloc == nil) != (y.Alloc == nil) || (x.Alloc != nil && *x.Alloc != *y.Alloc) {
+			x.Info != y.Info || (x.NVML == nil) != (y.NVML == nil) || (x.NVML != nil && *x.NVML != *y.NVML) ||
+			(x.Alloc == nil) != (y.Alloc == nil) || (x.Alloc != nil && *x.Alloc != *y.Alloc) {
 			return false
 		}
 	}

@@ -6,7 +6,9 @@
 # (the clients reconnect), waits until all N are connected, measures its
 # CPU over IDLE_SECONDS without scrapes (schedstat), its mean poll and
 # RSS, then counts its system calls for STRACE_SECONDS (strace -f -c, the
-# first two rounds only), and stops it. Rounds alternate the builds, so
+# first two rounds only; STRACE_SECONDS=0 skips it), then, with SCRAPES=N,
+# N sequential scrapes in each of SCRAPE_MODES (peer_bench.py's: plain,
+# gzip, keepalive, gzip-keepalive) into scrapes.jsonl, and stops it. Rounds alternate the builds, so
 # each is measured more than once on the same host:
 #   ROUNDS="new old new old" VARIANTS="new=new old=old" BIN=.bin/idle2 \
 #     OUT=/tmp/rounds bash scripts/gpu/idle_rounds.sh
@@ -15,7 +17,8 @@
 # flags goes into the build's environment instead. strace comes from $PERF_BUNDLE
 # as in idle_perf.sh. CLIENT is the directory of the gpumem package the
 # processes use (default clients/python; another commit's copy, from git
-# archive, compares clients). Back in $OUT: summary.txt, rounds.jsonl.
+# archive, compares clients). Back in $OUT: summary.txt, rounds.jsonl
+# (and scrapes.jsonl).
 set -u
 . scripts/gpu/lib.sh
 OUT=${OUT:-/tmp/gpumem-idle-rounds}
@@ -25,6 +28,8 @@ ROUNDS=${ROUNDS:-new old new old}
 N=${N:-16}
 IDLE_SECONDS=${IDLE_SECONDS:-60}
 STRACE_SECONDS=${STRACE_SECONDS:-20}
+SCRAPES=${SCRAPES:-0}
+SCRAPE_MODES=${SCRAPE_MODES:-plain gzip gzip-keepalive}
 PERF_BUNDLE=${PERF_BUNDLE:-.bin/perf.tgz}
 mkdir -p "$OUT"
 exec > >(tee "$OUT/summary.txt") 2>&1
@@ -107,7 +112,14 @@ for v in $ROUNDS; do
 		"$WORK/idle.json" "$round" "$v" "$c0" "$((m1 - m0))" "$poll" "$rss" | tee -a "$OUT/rounds.jsonl"
 	echo "-- $v: largest mappings (resident KiB, range, permissions, name)"
 	awk '/^[0-9a-f]+-[0-9a-f]+ /{m=$1" "$2" "($6==""?"[anon]":$6)} /^Rss:/{print $2, m}' /proc/$E/smaps | sort -rn | head -12
-	if [ -n "$STRACE" ] && [ "$round" -le 2 ]; then
+	if [ "$SCRAPES" -gt 0 ]; then
+		for what in $SCRAPE_MODES; do
+			python3 scripts/gpu/peer_bench.py scrapes http://127.0.0.1:9600/metrics "$E" "$SCRAPES" "$what" |
+				python3 -c "import json,sys; d=json.load(sys.stdin); d.update(round=int(sys.argv[1]), build=sys.argv[2], what=sys.argv[3]); print(json.dumps(d))" \
+					"$round" "$v" "$what" | tee -a "$OUT/scrapes.jsonl"
+		done
+	fi
+	if [ -n "$STRACE" ] && [ "$round" -le 2 ] && [ "$STRACE_SECONDS" -gt 0 ]; then
 		timeout -s INT "$STRACE_SECONDS" $STRACE -f -c -p "$E" -o "$WORK/strace.txt" >/dev/null 2>&1
 		echo "-- $v: system calls over $STRACE_SECONDS s"
 		head -20 "$WORK/strace.txt"
