@@ -9,10 +9,9 @@
 // touching one page of a file maps the whole folio, so the resident set
 // then holds most of the binary: 24 of 45 MiB on an H200 node. Release,
 // called once start-up is over, drops those pages from the process and
-// from the page cache, tells the kernel to read
-// them back one page at a time when they are needed again, and returns
-// the heap start-up left free; what runs afterwards faults back in only
-// what it uses.
+// from the page cache, tells the kernel to read them back one page at a
+// time when they are needed again, and returns the heap start-up left
+// free; what runs afterwards faults back in only what it uses.
 //
 // Nothing is lost: only clean pages of files that the process maps
 // read-only are dropped, and the kernel reads them again from the file.

@@ -101,8 +101,8 @@ func madvise(r region, advice int) error {
 // where the kernel skipped PAGEOUT; without it, its unmapped pages stay
 // cached in large folios and fault back in a folio at a time. The shared
 // libraries are left to PAGEOUT: their cached pages serve the node's other
-// processes (libcuda's the training jobs'). Finally the Go heap's free pages go back to the kernel
-// (debug.FreeOSMemory).
+// processes (libcuda's the training jobs'). Finally the Go heap's free
+// pages go back to the kernel (debug.FreeOSMemory).
 func Release() (Result, error) {
 	return release(true, "/proc/self/exe")
 }
