@@ -22,6 +22,16 @@ import (
 // second per poll.
 func simulatedExporter(t testing.TB, scenarioName string, processesPerGPU int, aggregate string) (*nvmlpoll.Poller, *Exporter, *prometheus.Registry) {
 	t.Helper()
+	sim, store := simulatedSources(t, scenarioName, processesPerGPU)
+	p := nvmlpoll.NewPoller(nvmlpoll.Config{Lib: sim.Interface(), BeforePoll: sim.Step})
+	exp, reg := exporterOver(t, p, store, sim, aggregate)
+	return p, exp, reg
+}
+
+// simulatedSources is the simulated node of simulatedExporter and the
+// store it reports to.
+func simulatedSources(t testing.TB, scenarioName string, processesPerGPU int) (*simulate.Node, *allocstats.Store) {
+	t.Helper()
 	store := allocstats.NewStore(time.Minute)
 	now := time.Unix(1_750_000_000, 0)
 	sim, err := simulate.New(simulate.Config{Scenario: scenarioName, ProcessesPerGPU: processesPerGPU, Seed: 1, Sink: store,
@@ -29,7 +39,13 @@ func simulatedExporter(t testing.TB, scenarioName string, processesPerGPU int, a
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := nvmlpoll.NewPoller(nvmlpoll.Config{Lib: sim.Interface(), BeforePoll: sim.Step})
+	return sim, store
+}
+
+// exporterOver is an exporter of every collector over p, store and the
+// node's workload labels, and a registry holding it.
+func exporterOver(t testing.TB, p *nvmlpoll.Poller, store *allocstats.Store, sim *simulate.Node, aggregate string) (*Exporter, *prometheus.Registry) {
+	t.Helper()
 	src := sources(p, store, nil)
 	src.Join.Workload = sim
 	exp, err := New(src, log.NewNopLogger(), Names()...)
@@ -39,7 +55,7 @@ func simulatedExporter(t testing.TB, scenarioName string, processesPerGPU int, a
 	exp.aggregate = aggregate
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(exp)
-	return p, exp, reg
+	return exp, reg
 }
 
 // The text path writes what client_golang would, byte for byte, on every
@@ -135,23 +151,10 @@ func TestTextIsReusedWhileTheViewIsTheSame(t *testing.T) {
 // new snapshot, but the text rendered from the last one is served again;
 // once a figure moves, it is rendered anew.
 func TestTextIsReusedAfterAPollThatReadTheSame(t *testing.T) {
-	store := allocstats.NewStore(time.Minute)
-	now := time.Unix(1_750_000_000, 0)
-	sim, err := simulate.New(simulate.Config{Scenario: simulate.Load, ProcessesPerGPU: 4, Seed: 1, Sink: store,
-		Now: func() time.Time { now = now.Add(time.Second); return now }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sim, store := simulatedSources(t, simulate.Load, 4)
 	// No BeforePoll: the node moves only when the test steps it.
 	p := nvmlpoll.NewPoller(nvmlpoll.Config{Lib: sim.Interface()})
-	src := sources(p, store, nil)
-	src.Join.Workload = sim
-	exp, err := New(src, log.NewNopLogger(), Names()...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(exp)
+	exp, reg := exporterOver(t, p, store, sim, AggregatePID)
 	for i := 0; i < 30; i++ { // processes started and reporting
 		sim.Step()
 	}
