@@ -16,6 +16,7 @@
 # OURS_FLAGS adds flags to gpumem_exporter's command line (for instance
 # --runtime.gomaxprocs=0 to compare with one thread per CPU).
 set -u
+. scripts/gpu/lib.sh
 OUT=${OUT:-/tmp/gpumem-compare}
 BIN=${BIN:-.bin/compare}
 mkdir -p "$OUT"
@@ -51,7 +52,7 @@ section environment
 {
 	nvidia-smi --query-gpu=index,name,uuid,driver_version,memory.total --format=csv
 	python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
-	echo "cpus: $(nproc)  kernel: $(uname -r)"
+	host_line
 	"$WORK/gpumem_exporter" --version 2>&1 | head -1
 	echo "gpumem_exporter flags: ${OURS_FLAGS:-(defaults)}"
 	"$WORK/nvidia_gpu_exporter" --version 2>&1 | head -1

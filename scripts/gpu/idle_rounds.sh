@@ -62,7 +62,7 @@ if [ -f "$PERF_BUNDLE" ]; then
 	STRACE="$WORK/perf/lib/ld-linux-x86-64.so.2 --library-path $WORK/perf/lib $WORK/perf/strace"
 fi
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-echo "cpus $(nproc) kernel $(uname -r)"
+host_line
 
 SOCK=$WORK/s.sock
 metric() { curl -s 127.0.0.1:9600/metrics | grep -E "^$1 " | awk '{print $2}'; }

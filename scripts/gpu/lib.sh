@@ -16,3 +16,13 @@ wait_gpu_processes() {
 	done
 	return 1
 }
+
+# host_line prints what tells one device host from another in the
+# figures: CPUs, their model and clock now, the kernel. Hosts of one kind
+# have differed by a factor of two in a scrape's CPU (docs/benchmarks.md).
+host_line() {
+	local model mhz
+	model=$(awk -F': *' '/^model name/ {print $2; exit}' /proc/cpuinfo)
+	mhz=$(awk -F': *' '/^cpu MHz/ {s += $2; n++} END {if (n) printf "%.0f", s / n}' /proc/cpuinfo)
+	echo "cpus $(nproc) (${model:-unknown model}, ${mhz:-?} MHz on average now) kernel $(uname -r) host $(hostname)"
+}
