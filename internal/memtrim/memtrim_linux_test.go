@@ -113,6 +113,32 @@ func residentOf(t *testing.T, addr uintptr) uint64 {
 	return 0
 }
 
+// mapTouched maps size bytes of the file at path read-only and privately,
+// as the loader maps a library's code, and reads every page of it, each
+// of which must hold want.
+func mapTouched(t *testing.T, path string, size int, want byte) []byte {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	m, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ, unix.MAP_PRIVATE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Munmap(m) })
+	page := os.Getpagesize()
+	sum := 0
+	for i := 0; i < size; i += page {
+		sum += int(m[i])
+	}
+	if sum != int(want)*(size/page) {
+		t.Fatalf("read %d", sum)
+	}
+	return m
+}
+
 func TestReleaseDropsCleanFilePagesAndKeepsPrivateOnes(t *testing.T) {
 	const size = 1 << 20
 	page := os.Getpagesize()
@@ -127,18 +153,7 @@ func TestReleaseDropsCleanFilePagesAndKeepsPrivateOnes(t *testing.T) {
 	defer f.Close()
 
 	// A clean read-only mapping, every page touched: as a library's code.
-	clean, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ, unix.MAP_PRIVATE)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Munmap(clean)
-	sum := 0
-	for i := 0; i < size; i += page {
-		sum += int(clean[i])
-	}
-	if sum != int('A')*(size/page) {
-		t.Fatalf("read %d", sum)
-	}
+	clean := mapTouched(t, path, size, 'A')
 	// A read-only mapping with one page written before it was made
 	// read-only: as the relocations the dynamic loader writes.
 	relro, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE)
@@ -266,23 +281,7 @@ func TestReleaseDropsTheCacheWithoutPageout(t *testing.T) {
 		}
 		f.Close()
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ, unix.MAP_PRIVATE)
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Munmap(m)
-	sum := 0
-	for i := 0; i < size; i += page {
-		sum += int(m[i])
-	}
-	if sum != int('C')*(size/page) {
-		t.Fatalf("read %d", sum)
-	}
+	m := mapTouched(t, path, size, 'C')
 	if got := cached(t, path, size); got < size/page/2 {
 		t.Fatalf("before Release %d pages of the file cached, want most of %d", got, size/page)
 	}
