@@ -369,6 +369,34 @@ func (s *stack) oomTruth(ctx context.Context, end time.Time, window time.Duratio
 	return counts, last, nil
 }
 
+// waitIngestedAfter waits until Prometheus holds a scrape of the exporter
+// and an evaluation of the rules stamped after end. A scrape stamped
+// before end (its start) may reach the database after a first query at end
+// has run, and a later query at the same end would then see one more
+// sample: under load the raw samples and the panels disagreed so. Scrapes
+// of one target, and evaluations of one group, run one after the other,
+// so once one stamped after end is in, all those before it are.
+func (s *stack) waitIngestedAfter(t *testing.T, ctx context.Context, end time.Time) {
+	t.Helper()
+	after := float64(end.UnixMilli()) / 1000
+	deadline := time.Now().Add(dataTimeout)
+	for _, q := range []string{"max(timestamp(up))", "max(timestamp(process:gpumem_workload:info))"} {
+		for {
+			res, err := s.query(ctx, q, time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res) > 0 && len(res[0].samples) > 0 && res[0].samples[0].v > after {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: nothing stamped after %s within %s\n%s", q, end.Format(time.StampMilli), dataTimeout, s.logs())
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
+
 func sum(m map[processKey]float64) float64 {
 	var total float64
 	for _, v := range m {
@@ -463,6 +491,7 @@ func TestOOMPanelsCountEachErrorOnce(t *testing.T) {
 	}
 
 	end := time.Now().Truncate(time.Millisecond)
+	s.waitIngestedAfter(t, ctx, end)
 	full := end.Sub(s.promStart).Truncate(time.Second) + time.Second
 	for _, window := range []time.Duration{full, full / 2} {
 		truth, _, err := s.oomTruth(ctx, end, window)
