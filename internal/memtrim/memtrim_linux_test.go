@@ -113,20 +113,28 @@ func residentOf(t *testing.T, addr uintptr) uint64 {
 	return 0
 }
 
-// mapTouched maps size bytes of the file at path read-only and privately,
-// as the loader maps a library's code, and reads every page of it, each
-// of which must hold want.
-func mapTouched(t *testing.T, path string, size int, want byte) []byte {
+// mapFile maps size bytes of the file at path read-only with flags; the
+// caller unmaps it.
+func mapFile(t *testing.T, path string, size, flags int) []byte {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	m, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ, unix.MAP_PRIVATE)
+	m, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ, flags)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return m
+}
+
+// mapTouched maps size bytes of the file at path read-only and privately,
+// as the loader maps a library's code, and reads every page of it, each
+// of which must hold want.
+func mapTouched(t *testing.T, path string, size int, want byte) []byte {
+	t.Helper()
+	m := mapFile(t, path, size, unix.MAP_PRIVATE)
 	t.Cleanup(func() { unix.Munmap(m) })
 	page := os.Getpagesize()
 	sum := 0
@@ -240,15 +248,7 @@ func diskDir(t *testing.T) string {
 // so the kernel reports the cache, not only this process's pages).
 func cached(t *testing.T, path string, size int) int {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	m, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ, unix.MAP_SHARED)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := mapFile(t, path, size, unix.MAP_SHARED)
 	defer unix.Munmap(m)
 	vec := make([]byte, (size+os.Getpagesize()-1)/os.Getpagesize())
 	if _, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(size), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
