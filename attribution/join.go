@@ -5,8 +5,11 @@
 package attribution
 
 import (
+	"cmp"
 	"path"
+	"slices"
 	"sort"
+	"strings"
 
 	"github.com/gpumem/gpumem_exporter/allocstats"
 	"github.com/gpumem/gpumem_exporter/nvmlpoll"
@@ -65,7 +68,19 @@ func Join(snap *nvmlpoll.Snapshot, procs []allocstats.Process, lookup Lookup) []
 		framework string
 		start     uint64
 	}
-	allocs := make(map[key]allocRef)
+	listed := 0 // NVML's processes, a bound on the rows with allocs
+	if snap != nil {
+		for i := range snap.Devices {
+			listed += len(snap.Devices[i].Processes)
+		}
+	}
+	reports := 0
+	for i := range procs {
+		reports += len(procs[i].Devices)
+	}
+	// Sized once: a scrape joins again each time, and growing these was
+	// most of the join's allocations.
+	allocs := make(map[key]allocRef, reports)
 	exited := make(map[key]allocRef)
 	for i := range procs {
 		p := &procs[i]
@@ -92,7 +107,7 @@ func Join(snap *nvmlpoll.Snapshot, procs []allocstats.Process, lookup Lookup) []
 			delete(exited, k) // a live process of the same pid: it wins
 		}
 	}
-	infos := make(map[uint32]workload.Info)
+	infos := make(map[uint32]workload.Info, max(listed, len(procs)))
 	info := func(pid uint32) workload.Info {
 		if in, ok := infos[pid]; ok {
 			return in
@@ -111,8 +126,8 @@ func Join(snap *nvmlpoll.Snapshot, procs []allocstats.Process, lookup Lookup) []
 		return a.start == 0 || in.StartTime == 0 || a.start == in.StartTime
 	}
 
-	var rows []Row
-	used := make(map[key]bool)
+	rows := make([]Row, 0, max(listed, len(allocs))+len(exited))
+	used := make(map[key]bool, listed)
 	if snap != nil {
 		for i := range snap.Devices {
 			d := &snap.Devices[i]
@@ -172,11 +187,11 @@ func Join(snap *nvmlpoll.Snapshot, procs []allocstats.Process, lookup Lookup) []
 		r.Comm = r.Info.Comm
 		rows = append(rows, r)
 	}
-	sort.Slice(rows, func(i, j int) bool {
-		if rows[i].UUID != rows[j].UUID {
-			return rows[i].UUID < rows[j].UUID
+	slices.SortFunc(rows, func(a, b Row) int {
+		if c := strings.Compare(a.UUID, b.UUID); c != 0 {
+			return c
 		}
-		return rows[i].PID < rows[j].PID
+		return cmp.Compare(a.PID, b.PID)
 	})
 	return rows
 }

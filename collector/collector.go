@@ -113,9 +113,9 @@ type Exporter struct {
 	aggregate string
 	agg       *aggregator
 
-	// For GatherText: each collector that is not a row collector behind
-	// its own registry, and the last rendering of the row collectors.
-	registries map[string]*adapterRegistry
+	// For GatherText: the collectors that are not row collectors behind
+	// one registry, and the last rendering of the row collectors.
+	adapterSet *adapterSet
 	cache      textCache
 	gatherer   prometheus.Gatherer
 }

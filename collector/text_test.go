@@ -199,3 +199,42 @@ func TestTextIsReusedAfterAPollThatReadTheSame(t *testing.T) {
 	}
 	compareText(t, exp, reg)
 }
+
+type constCollector struct{ values []float64 }
+
+var constDesc = prometheus.NewDesc("gpumem_test_value", "A test value.", nil, nil)
+
+func (c constCollector) Update(_ *Scrape, ch chan<- prometheus.Metric) error {
+	for _, v := range c.values {
+		ch <- prometheus.MustNewConstMetric(constDesc, prometheus.GaugeValue, v)
+	}
+	return nil
+}
+
+// The collectors that are not row collectors are gathered together, but
+// each answers for itself: one whose series clash (a gather error) or
+// whose source failed says success 0 and is named in the error, and the
+// others are served as they are.
+func TestTextPutsAGatherErrorOnItsCollector(t *testing.T) {
+	e := &Exporter{logger: log.NewNopLogger(), collectors: map[string]Collector{
+		"good":   constCollector{values: []float64{7}},
+		"clash":  constCollector{values: []float64{1, 2}}, // two series alike
+		"broken": failingCollector{},
+	}}
+	for range 2 { // the second scrape reuses the registry
+		fams, err := e.GatherText()
+		if err == nil || !strings.Contains(err.Error(), "collector clash:") || strings.Contains(err.Error(), "collector good") {
+			t.Fatalf("GatherText error = %v, want one naming collector clash only", err)
+		}
+		text := map[string]string{}
+		for _, f := range fams {
+			text[f.Name] = string(f.Text)
+		}
+		for collector, want := range map[string]string{"good": "1", "clash": "0", "broken": "0"} {
+			line := `gpumem_scrape_collector_success{collector="` + collector + `"} ` + want + "\n"
+			if !strings.Contains(text[scrapeSuccessName], line) {
+				t.Errorf("success of %s: want %q in\n%s", collector, line, text[scrapeSuccessName])
+			}
+		}
+	}
+}

@@ -49,22 +49,13 @@ func (e *Exporter) GatherText() ([]exposition.TextFamily, error) {
 	sort.Strings(names)
 
 	out, results := e.rowsText(names)
-	var errs []error
-	for _, n := range names {
-		if _, ok := e.collectors[n].(rowsCollector); ok {
-			continue
-		}
-		fams, r, err := e.adapterText(n)
-		if err != nil {
-			errs = append(errs, err)
-		}
-		out = append(out, fams...)
-		results = append(results, r)
-	}
+	fams, more, err := e.adapterText(names)
+	out = append(out, fams...)
+	results = append(results, more...)
 	slices.SortFunc(results, func(a, b result) int { return strings.Compare(a.name, b.name) })
 	out = append(out, scrapeText(results)...)
 	slices.SortFunc(out, func(a, b exposition.TextFamily) int { return strings.Compare(a.Name, b.Name) })
-	return out, errors.Join(errs...)
+	return out, err
 }
 
 // textCache is the last rendering of the row collectors and what it was
@@ -138,58 +129,103 @@ func rowsEqual(a, b []attribution.Row) bool {
 	return true
 }
 
-// adapterRegistry gathers one collector that is not a row collector (a
-// source's own health) through a registry of its own.
-type adapterRegistry struct {
-	mu  sync.Mutex // one scrape at a time: sc and err are per scrape
-	reg *prometheus.Registry
-	c   Collector
-	sc  *Scrape
-	err error
+// adapterSet gathers the collectors that are not row collectors (the
+// sources' own health) through one registry: one Gather a scrape, where
+// one registry each made three (every Gather makes its channels anew, a
+// quarter of a steady scrape's allocations).
+type adapterSet struct {
+	mu      sync.Mutex // one scrape at a time: the members' sc and results are per scrape
+	reg     *prometheus.Registry
+	members []*adapter // sorted by name
 }
 
-func (a *adapterRegistry) Describe(chan<- *prometheus.Desc) {} // unchecked
+// adapter is one collector of an adapterSet.
+type adapter struct {
+	name     string
+	c        Collector
+	sc       *Scrape
+	err      error
+	duration time.Duration
+}
 
-func (a *adapterRegistry) Collect(ch chan<- prometheus.Metric) { a.err = a.c.Update(a.sc, ch) }
+func (a *adapter) Describe(chan<- *prometheus.Desc) {} // unchecked
 
-// adapterText gathers collector name and writes its families.
-func (e *Exporter) adapterText(name string) ([]exposition.TextFamily, result, error) {
-	e.cache.mu.Lock()
-	if e.registries == nil {
-		e.registries = map[string]*adapterRegistry{}
-	}
-	a := e.registries[name]
-	if a == nil {
-		a = &adapterRegistry{reg: prometheus.NewRegistry(), c: e.collectors[name]}
-		a.reg.MustRegister(a)
-		e.registries[name] = a
-	}
-	e.cache.mu.Unlock()
-
-	a.mu.Lock()
-	defer a.mu.Unlock()
+func (a *adapter) Collect(ch chan<- prometheus.Metric) {
 	begin := time.Now()
-	a.sc, a.err = e.newScrape(), nil
-	mfs, gatherErr := a.reg.Gather()
-	err := a.err
-	if gatherErr != nil && err == nil {
-		err = gatherErr
+	a.err = a.c.Update(a.sc, ch)
+	a.duration = time.Since(begin)
+}
+
+// adapters returns the set of the collectors among names that are not row
+// collectors, made on first use.
+func (e *Exporter) adapters(names []string) *adapterSet {
+	e.cache.mu.Lock()
+	defer e.cache.mu.Unlock()
+	if e.adapterSet == nil {
+		set := &adapterSet{reg: prometheus.NewRegistry()}
+		for _, n := range names {
+			if _, ok := e.collectors[n].(rowsCollector); ok {
+				continue
+			}
+			a := &adapter{name: n, c: e.collectors[n]}
+			set.reg.MustRegister(a)
+			set.members = append(set.members, a)
+		}
+		e.adapterSet = set
+	}
+	return e.adapterSet
+}
+
+// adapterText gathers the collectors that are not row collectors and
+// writes their families. A gather error (two series alike, say) is put on
+// the collector that made it, found by gathering each alone again.
+func (e *Exporter) adapterText(names []string) ([]exposition.TextFamily, []result, error) {
+	set := e.adapters(names)
+	if len(set.members) == 0 {
+		return nil, nil, nil
+	}
+	set.mu.Lock()
+	defer set.mu.Unlock()
+	sc := e.newScrape()
+	for _, a := range set.members {
+		a.sc, a.err, a.duration = sc, nil, 0
+	}
+	mfs, gatherErr := set.reg.Gather()
+	gatherErrs := map[string]error{}
+	if gatherErr != nil {
+		for _, a := range set.members {
+			alone := prometheus.NewRegistry()
+			alone.MustRegister(a)
+			if _, err := alone.Gather(); err != nil {
+				gatherErrs[a.name] = err
+			}
+		}
 	}
 	out := make([]exposition.TextFamily, 0, len(mfs))
 	var buf bytes.Buffer
+	var encodeErr error
 	for _, mf := range mfs {
 		buf.Reset()
-		if _, encErr := expfmt.MetricFamilyToText(&buf, mf); encErr != nil {
-			err = errors.Join(err, fmt.Errorf("encoding %s: %w", mf.GetName(), encErr))
+		if _, err := expfmt.MetricFamilyToText(&buf, mf); err != nil {
+			encodeErr = errors.Join(encodeErr, fmt.Errorf("encoding %s: %w", mf.GetName(), err))
 			continue
 		}
 		out = append(out, exposition.TextFamily{Name: mf.GetName(), Text: bytes.Clone(buf.Bytes())})
 	}
-	var reported error
-	if gatherErr != nil {
-		reported = fmt.Errorf("collector %s: %w", name, gatherErr)
+	results := make([]result, 0, len(set.members))
+	var reported []error
+	for _, a := range set.members {
+		err := a.err
+		if g := gatherErrs[a.name]; g != nil {
+			err = errors.Join(err, g)
+			reported = append(reported, fmt.Errorf("collector %s: %w", a.name, g))
+		}
+		results = append(results, e.result(a.name, a.duration, err))
 	}
-	return out, e.result(name, time.Since(begin), err), reported
+	if gatherErr != nil && len(reported) == 0 {
+		reported = append(reported, gatherErr) // not one collector's alone
+	}
+	return out, results, errors.Join(append(reported, encodeErr)...)
 }
 
 // scrapeText writes gpumem_scrape_collector_duration_seconds and
