@@ -19,7 +19,7 @@ set -u
 . scripts/gpu/lib.sh
 OUT=${OUT:-/tmp/gpumem-compare}
 BIN=${BIN:-.bin/compare}
-mkdir -p "$OUT"
+mkdir -p "$OUT" /run/gpumem # the socket's directory: the exporter does not make a path given explicitly
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/clients/python
 OURS=http://127.0.0.1:9481/metrics
 PEER=http://127.0.0.1:9835/metrics

@@ -50,7 +50,8 @@ for v in $VARIANTS; do
 	BINOF[$name]=${rest%%,*}
 	FLAGSOF[$name]=$([ "$rest" != "${rest#*,}" ] && echo "${rest#*,}" | tr , ' ')
 	b=${BINOF[$name]}
-	if [ -f "$BIN/$b.gz" ]; then gunzip -c "$BIN/$b.gz" >"$WORK/$b"; else cp "$BIN/$b" "$WORK/$b"; fi
+	if [ -f "$BIN/$b.gz" ]; then gunzip -c "$BIN/$b.gz" >"$WORK/$b"; else cp "$BIN/$b" "$WORK/$b"; fi ||
+		{ echo "missing $BIN/$b (or $b.gz): build it first; on the device tool, carry $BIN" >&2; exit 1; }
 	chmod +x "$WORK/$b"
 done
 # Written back to disk before any round: a binary's dirty pages would
