@@ -30,6 +30,10 @@ IDLE_SECONDS=${IDLE_SECONDS:-60}
 STRACE_SECONDS=${STRACE_SECONDS:-20}
 SCRAPES=${SCRAPES:-0}
 SCRAPE_MODES=${SCRAPE_MODES:-plain gzip gzip-keepalive}
+# SCRAPE_PATHS="/metrics /-/healthy" also times the health check, a
+# handler that writes a few bytes: the client's, the connection's and Go's
+# HTTP server's share of a scrape on this host.
+SCRAPE_PATHS=${SCRAPE_PATHS:-/metrics}
 PERF_BUNDLE=${PERF_BUNDLE:-.bin/perf.tgz}
 mkdir -p "$OUT"
 exec > >(tee "$OUT/summary.txt") 2>&1
@@ -114,10 +118,12 @@ for v in $ROUNDS; do
 	echo "-- $v: largest mappings (resident KiB, range, permissions, name)"
 	awk '/^[0-9a-f]+-[0-9a-f]+ /{m=$1" "$2" "($6==""?"[anon]":$6)} /^Rss:/{print $2, m}' /proc/$E/smaps | sort -rn | head -12
 	if [ "$SCRAPES" -gt 0 ]; then
-		for what in $SCRAPE_MODES; do
-			python3 scripts/gpu/peer_bench.py scrapes http://127.0.0.1:9600/metrics "$E" "$SCRAPES" "$what" |
-				python3 -c "import json,sys; d=json.load(sys.stdin); d.update(round=int(sys.argv[1]), build=sys.argv[2], what=sys.argv[3]); print(json.dumps(d))" \
-					"$round" "$v" "$what" | tee -a "$OUT/scrapes.jsonl"
+		for path in $SCRAPE_PATHS; do
+			for what in $SCRAPE_MODES; do
+				python3 scripts/gpu/peer_bench.py scrapes "http://127.0.0.1:9600$path" "$E" "$SCRAPES" "$what" |
+					python3 -c "import json,sys; d=json.load(sys.stdin); d.update(round=int(sys.argv[1]), build=sys.argv[2], what=sys.argv[3], path=sys.argv[4]); print(json.dumps(d))" \
+						"$round" "$v" "$what" "$path" | tee -a "$OUT/scrapes.jsonl"
+			done
 		done
 	fi
 	if [ -n "$STRACE" ] && [ "$round" -le 2 ] && [ "$STRACE_SECONDS" -gt 0 ]; then
