@@ -131,8 +131,8 @@ func rowsEqual(a, b []attribution.Row) bool {
 
 // adapterSet gathers the collectors that are not row collectors (the
 // sources' own health) through one registry: one Gather a scrape, where
-// one registry each made three (every Gather makes its channels anew, a
-// quarter of a steady scrape's allocations).
+// one registry each made up to three (every Gather makes its metric
+// channels anew, tens of KB).
 type adapterSet struct {
 	mu      sync.Mutex // one scrape at a time: the members' sc and results are per scrape
 	reg     *prometheus.Registry
