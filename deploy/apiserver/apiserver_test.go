@@ -48,9 +48,17 @@ func TestAPIServer(t *testing.T) {
 			checkServiceAccount(t, c, kustomized)
 		}
 	})
+	// The component an overlay adds for large fleets: its PrometheusRule.
+	fleetFile := kustomizeDir + "/fleet-rules/prometheusrule.yaml"
+	fleetData, err := os.ReadFile(fleetFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fleet := splitDocuments(t, fleetFile, fleetData)
+	t.Run("the fleet-rules component applies", func(t *testing.T) { c.applyAll(t, fleet) })
 	// Uninstall, but for the namespace: the chart's cluster-wide objects
 	// (ClusterRole, ClusterRoleBinding, CSIDriver) have the same names.
-	c.deleteAll(t, kustomized)
+	c.deleteAll(t, append(kustomized, fleet...))
 
 	t.Run("helm chart applies", func(t *testing.T) {
 		rendered := renderChart(t, c)

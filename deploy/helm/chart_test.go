@@ -26,12 +26,14 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// Run with -update after changing deploy/prometheus/rules.yml or dashboards/.
-var update = flag.Bool("update", false, "copy deploy/prometheus/rules.yml and dashboards/*.json into the chart's files/")
+// Run with -update after changing deploy/prometheus/rules.yml,
+// fleet-rules.yml or dashboards/.
+var update = flag.Bool("update", false, "copy deploy/prometheus/rules.yml, fleet-rules.yml and dashboards/*.json into the chart's files/")
 
 const (
 	chartDir      = "gpumem-exporter"
 	rulesSource   = "../prometheus/rules.yml"
+	fleetSource   = "../prometheus/fleet-rules.yml"
 	dashboardsDir = "../../dashboards"
 	kustomizeDir  = "../kubernetes"
 	// The kustomization's namespace and names: a release named like the
@@ -47,7 +49,10 @@ var kubeVersion = chartutil.KubeVersion{Version: "v1.34.0", Major: "1", Minor: "
 // reads no file outside the chart): source to copy.
 func copies(t *testing.T) map[string]string {
 	t.Helper()
-	m := map[string]string{rulesSource: filepath.Join(chartDir, "files", "rules.yml")}
+	m := map[string]string{
+		rulesSource: filepath.Join(chartDir, "files", "rules.yml"),
+		fleetSource: filepath.Join(chartDir, "files", "fleet-rules.yml"),
+	}
 	dashboards, err := filepath.Glob(filepath.Join(dashboardsDir, "*.json"))
 	if err != nil || len(dashboards) == 0 {
 		t.Fatalf("no dashboards in %s (%v)", dashboardsDir, err)
@@ -161,7 +166,7 @@ func mustRender(t *testing.T, valuesFile, release, ns string) ([]manifestcheck.O
 }
 
 func TestLint(t *testing.T) {
-	for _, values := range []string{"", "csi-off.yaml", "networkpolicy-default.yaml", "networkpolicy.yaml", "custom.yaml", "no-monitoring.yaml"} {
+	for _, values := range []string{"", "csi-off.yaml", "networkpolicy-default.yaml", "networkpolicy.yaml", "custom.yaml", "no-monitoring.yaml", "fleet.yaml"} {
 		t.Run(strings.TrimSuffix(cmpOr(values, "defaults"), ".yaml"), func(t *testing.T) {
 			kv := kubeVersion
 			l := lint.AllWithKubeVersion(chartDir, readValues(t, values), namespace, &kv)
@@ -189,6 +194,7 @@ type renderCase struct {
 	release, ns string
 	ds          manifestcheck.DaemonSetWant
 	monitoring  bool              // ServiceMonitor, PrometheusRule, dashboards
+	fleet       bool              // the PrometheusRule of fleet-rules.yml too
 	promLabels  map[string]string // on the ServiceMonitor and PrometheusRule
 	dashboardNS string
 	netpol      *networkingv1.NetworkPolicyPeer
@@ -206,6 +212,7 @@ func renderCases() []renderCase {
 		{values: "", release: releaseName, ns: namespace, ds: defaults, monitoring: true, dashboardNS: namespace},
 		{values: "csi-off.yaml", release: releaseName, ns: namespace, ds: noCSI, monitoring: true, dashboardNS: namespace},
 		{values: "no-monitoring.yaml", release: releaseName, ns: namespace, ds: defaults},
+		{values: "fleet.yaml", release: releaseName, ns: namespace, ds: defaults, monitoring: true, fleet: true, dashboardNS: namespace},
 		{
 			// The documented default peer: Prometheus pods in any namespace.
 			values: "networkpolicy-default.yaml", release: releaseName, ns: namespace, ds: defaults, monitoring: true, dashboardNS: namespace,
@@ -259,7 +266,22 @@ func TestRenderedObjectsKeepTheContract(t *testing.T) {
 			svc := manifestcheck.One[corev1.Service](t, objs)
 			if tc.monitoring {
 				manifestcheck.CheckService(t, ds, svc, manifestcheck.One[manifestcheck.ServiceMonitor](t, objs), tc.promLabels)
-				manifestcheck.CheckPrometheusRule(t, manifestcheck.One[manifestcheck.PrometheusRule](t, objs), rulesSource, tc.promLabels)
+				rules, fleet := manifestcheck.Rules(t, objs)
+				if rules == nil {
+					t.Fatal("no PrometheusRule of rules.yml")
+				}
+				manifestcheck.CheckPrometheusRule(t, rules, rulesSource, tc.promLabels)
+				switch {
+				case tc.fleet && fleet == nil:
+					t.Error("prometheusRule.fleet: no PrometheusRule of fleet-rules.yml")
+				case tc.fleet:
+					manifestcheck.CheckPrometheusRule(t, fleet, fleetSource, tc.promLabels)
+					if fleet.Name == rules.Name {
+						t.Errorf("both PrometheusRules are named %s", fleet.Name)
+					}
+				case fleet != nil:
+					t.Errorf("PrometheusRule %s of fleet-rules.yml without prometheusRule.fleet", fleet.Name)
+				}
 				manifestcheck.CheckDashboards(t, manifestcheck.All[corev1.ConfigMap](objs), dashboardsDir, "grafana_dashboard", "1")
 				for _, cm := range manifestcheck.All[corev1.ConfigMap](objs) {
 					if tc.values == "custom.yaml" && cm.Annotations["grafana_folder"] != "GPU" {

@@ -24,14 +24,18 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-var update = flag.Bool("update", false, "regenerate prometheusrule.yaml and grafana-dashboards.yaml")
+var update = flag.Bool("update", false, "regenerate prometheusrule.yaml, grafana-dashboards.yaml and fleet-rules/prometheusrule.yaml")
 
 const (
 	namespace      = "gpumem"
 	rulesSource    = "../prometheus/rules.yml"
+	fleetSource    = "../prometheus/fleet-rules.yml"
 	dashboardsDir  = "../../dashboards"
 	rulesFile      = "prometheusrule.yaml"
 	dashboardsFile = "grafana-dashboards.yaml"
+	// fleetDir is the kustomize component of fleet-rules.yml.
+	fleetDir       = "fleet-rules"
+	fleetRulesFile = "fleet-rules/prometheusrule.yaml"
 )
 
 // notInKustomization are the files here that `kubectl apply -k` leaves out.
@@ -63,26 +67,40 @@ const generatedHeader = `# Generated from %s by manifests_test.go: do not edit. 
 // header, which speaks of the file.
 func generateRules(t *testing.T) []byte {
 	t.Helper()
-	rules, err := os.ReadFile(rulesSource)
+	return generatePrometheusRule(t, rulesSource, "gpumem-exporter", manifestcheck.RulesComponent,
+		"# The recording rules and alerts as a Prometheus Operator PrometheusRule.\n")
+}
+
+// generateFleetRules returns fleet-rules/prometheusrule.yaml, likewise
+// from fleet-rules.yml.
+func generateFleetRules(t *testing.T) []byte {
+	t.Helper()
+	return generatePrometheusRule(t, fleetSource, "gpumem-exporter-fleet", manifestcheck.FleetRulesComponent,
+		"# The recording rules for large fleets (docs/scaling.md) as a Prometheus\n# Operator PrometheusRule, for the component in this directory.\n")
+}
+
+func generatePrometheusRule(t *testing.T, source, name, component, intro string) []byte {
+	t.Helper()
+	rules, err := os.ReadFile(source)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var b bytes.Buffer
-	fmt.Fprintf(&b, generatedHeader, "deploy/prometheus/rules.yml")
-	b.WriteString(`# The recording rules and alerts as a Prometheus Operator PrometheusRule.
-# kube-prometheus-stack only picks up PrometheusRules with its release label
+	fmt.Fprintf(&b, generatedHeader, "deploy/"+strings.TrimPrefix(source, "../"))
+	b.WriteString(intro)
+	fmt.Fprintf(&b, `# kube-prometheus-stack only picks up PrometheusRules with its release label
 # by default (ruleSelector): add release: <its Helm release name> below.
 apiVersion: monitoring.coreos.com/v1
 kind: PrometheusRule
 metadata:
-  name: gpumem-exporter
+  name: %s
   namespace: gpumem
   labels:
     app.kubernetes.io/name: gpumem-exporter
-    app.kubernetes.io/component: rules
+    app.kubernetes.io/component: %s
     app.kubernetes.io/part-of: gpumem
 spec:
-`)
+`, name, component)
 	b.WriteString(indent(stripHeader(string(rules)), "  "))
 	return b.Bytes()
 }
@@ -147,7 +165,9 @@ data:
 // TestGeneratedManifestsAreCurrent runs first so that -update refreshes the
 // files before the other tests read them.
 func TestGeneratedManifestsAreCurrent(t *testing.T) {
-	for file, want := range map[string][]byte{rulesFile: generateRules(t), dashboardsFile: generateDashboards(t)} {
+	for file, want := range map[string][]byte{
+		rulesFile: generateRules(t), dashboardsFile: generateDashboards(t), fleetRulesFile: generateFleetRules(t),
+	} {
 		if *update {
 			if err := os.WriteFile(file, want, 0o644); err != nil {
 				t.Fatal(err)
@@ -377,4 +397,41 @@ func TestDocumentedOverlayBuilds(t *testing.T) {
 	manifestcheck.CheckService(t, ds, manifestcheck.One[corev1.Service](t, objs), manifestcheck.One[manifestcheck.ServiceMonitor](t, objs), release)
 	manifestcheck.CheckPrometheusRule(t, manifestcheck.One[manifestcheck.PrometheusRule](t, objs), rulesSource, release)
 	manifestcheck.CheckDaemonSet(t, ds, manifestcheck.DaemonSetWant{CSI: true, Image: "registry.example.com/gpumem_exporter:0.1.0"})
+}
+
+// The fleet-rules component adds the PrometheusRule of fleet-rules.yml
+// to an overlay of this directory, beside rules.yml's.
+func TestFleetRulesComponentBuilds(t *testing.T) {
+	dir := t.TempDir()
+	rel := func(p string) string {
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := filepath.Rel(dir, abs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return filepath.ToSlash(r)
+	}
+	overlay := fmt.Sprintf("resources:\n  - %s\ncomponents:\n  - %s\n", rel("."), rel(fleetDir))
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(overlay), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	objs, err := manifestcheck.Decode("an overlay with the fleet-rules component", manifestcheck.Kustomize(t, dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifestcheck.CheckLabels(t, objs)
+	manifestcheck.CheckNamespaces(t, objs, namespace, namespace)
+	rules, fleet := manifestcheck.Rules(t, objs)
+	if rules == nil || fleet == nil {
+		t.Fatalf("PrometheusRules: rules.yml's %v, fleet-rules.yml's %v; want both", rules != nil, fleet != nil)
+	}
+	manifestcheck.CheckPrometheusRule(t, rules, rulesSource, nil)
+	manifestcheck.CheckPrometheusRule(t, fleet, fleetSource, nil)
+
+	if base, fleet := manifestcheck.Rules(t, built(t)); base == nil || fleet != nil {
+		t.Error("kubectl apply -k deploy/kubernetes: want rules.yml's PrometheusRule only")
+	}
 }

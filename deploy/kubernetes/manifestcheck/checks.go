@@ -173,6 +173,36 @@ func CheckPrometheusRule(t testing.TB, pr *PrometheusRule, rulesFile string, wan
 	}
 }
 
+// Rule components: the app.kubernetes.io/component of the PrometheusRule
+// of rules.yml and of the one of fleet-rules.yml.
+const (
+	RulesComponent      = "rules"
+	FleetRulesComponent = "fleet-rules"
+)
+
+// Rules returns the PrometheusRule of rules.yml and that of
+// fleet-rules.yml (nil where absent), told apart by their component
+// label, failing t on another PrometheusRule or a second of one kind.
+func Rules(t testing.TB, objs []Object) (rules, fleet *PrometheusRule) {
+	t.Helper()
+	for _, pr := range All[PrometheusRule](objs) {
+		var dst **PrometheusRule
+		switch c := pr.Labels["app.kubernetes.io/component"]; c {
+		case RulesComponent:
+			dst = &rules
+		case FleetRulesComponent:
+			dst = &fleet
+		default:
+			t.Fatalf("PrometheusRule %s has component %q, want %s or %s", pr.Name, c, RulesComponent, FleetRulesComponent)
+		}
+		if *dst != nil {
+			t.Fatalf("two PrometheusRules of component %s: %s and %s", pr.Labels["app.kubernetes.io/component"], (*dst).Name, pr.Name)
+		}
+		*dst = pr
+	}
+	return rules, fleet
+}
+
 // ruleDiffs names the groups and rules that differ, at most a few.
 func ruleDiffs(got, want RulesFile) []string {
 	var out []string
