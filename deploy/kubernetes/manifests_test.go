@@ -35,7 +35,7 @@ const (
 	dashboardsFile = "grafana-dashboards.yaml"
 	// fleetDir is the kustomize component of fleet-rules.yml.
 	fleetDir       = "fleet-rules"
-	fleetRulesFile = "fleet-rules/prometheusrule.yaml"
+	fleetRulesFile = fleetDir + "/" + rulesFile
 )
 
 // notInKustomization are the files here that `kubectl apply -k` leaves out.
