@@ -178,7 +178,10 @@ func (e *Exporter) adapters(names []string) *adapterSet {
 
 // adapterText gathers the collectors that are not row collectors and
 // writes their families. A gather error (two series alike, say) is put on
-// the collector that made it, found by gathering each alone again.
+// the collector that made it, found by gathering each alone again; one
+// that no collector makes alone (two collectors' series alike), or a
+// family that cannot be encoded, is returned without failing a
+// collector's success.
 func (e *Exporter) adapterText(names []string) ([]exposition.TextFamily, []result, error) {
 	set := e.adapters(names)
 	if len(set.members) == 0 {
