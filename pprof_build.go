@@ -9,7 +9,7 @@ import (
 
 // Built with -tags pprof (for profiling on a real node, never in a
 // release), the exporter also serves Go's profiles and execution traces
-// under /debug/pprof/ (scripts/gpu/profile_exporter.sh reads them).
+// under /debug/pprof/ (scripts/gpu/profile.sh reads them).
 func init() {
 	debugHandlers = func(mux *http.ServeMux) {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)

@@ -1,6 +1,6 @@
 """A Kubernetes API server that serves one node's pods and nothing else,
-for measuring the exporter's pod watch (issue 12: RSS with a pod watch on
-a node of 110 pods) without a cluster. It answers what client-go's pod
+for measuring the exporter's pod watch (its RSS on a node of 110 pods,
+scripts/rss.sh) without a cluster. It answers what client-go's pod
 informer asks: the list, the watch, and the watch-list stream
 (sendInitialEvents, then the bookmark that ends it). Nothing changes, so
 a watch stays open until the client closes it. Each pod looks like one

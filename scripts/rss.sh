@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
-# RSS of one gpumem_exporter binary (issue 12: <= 30 MiB with Kubernetes
-# off, <= 40 MiB with a pod watch on a node of 110 pods), with and
-# without --runtime.release-startup-pages, Kubernetes off and then
+# RSS of one gpumem_exporter binary with and without
+# --runtime.release-startup-pages, Kubernetes off and then
 # watching the pods of scripts/fake_apiserver.py. Each configuration
 # polls every second and is scraped (gzip) once a second for
 # SCRAPE_SECONDS; then VmRSS, RssAnon and RssFile from /proc/PID/status.

@@ -3,22 +3,23 @@
 # per-process metrics on) on one GPU machine: one and then sixteen PyTorch
 # processes holding memory and reporting allocator stats; for each exporter
 # and size, CPU at rest (1 s poll, clients pushing at 1 Hz, no scrapes),
-# then 100 sequential scrapes without and with gzip (p50, p99, CPU per
-# scrape, RSS); and the poll benchmarks on the real GPU. Writes
-# $OUT/compare.md (the table), results.jsonl, nvml_bench.txt, the two
-# exporters' logs and one body of each. Takes about 3 minutes; needs
-# root, python3 with torch, and no network.
+# then 100 sequential scrapes in each of four modes (a new connection each
+# or one kept alive, without and with gzip: p50, p99, CPU per scrape,
+# RSS); and the poll benchmarks on the real GPU. Writes $OUT/compare.md
+# (the table), results.jsonl, nvml_bench.txt, the two exporters' logs and
+# one body of each. Takes about 3 minutes; needs root, python3 with torch,
+# and no network.
 #
-# The binaries are built on another machine (no Go here) into
-# .bin/compare/, gzipped or not: see docs/benchmarks.md, "Against
-# nvidia_gpu_exporter", for the commands. Run from the repository root:
+# Binaries in $BIN (default .bin, gzipped or not): gpumem_exporter,
+# nvidia_gpu_exporter and nvmlpoll.test, from scripts/gpu/build.sh (with
+# PEER_SRC for the peer). From the repository root:
 #   OUT=/tmp/compare bash scripts/gpu/compare_peers.sh
 # OURS_FLAGS adds flags to gpumem_exporter's command line (for instance
 # --runtime.gomaxprocs=0 to compare with one thread per CPU).
 set -u
-. scripts/gpu/lib.sh
+. scripts/lib.sh
 OUT=${OUT:-/tmp/gpumem-compare}
-BIN=${BIN:-.bin/compare}
+BIN=${BIN:-.bin}
 mkdir -p "$OUT" /run/gpumem # the socket's directory: the exporter does not make a path given explicitly
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/clients/python
 OURS=http://127.0.0.1:9481/metrics
@@ -35,17 +36,8 @@ cleanup() {
 trap cleanup EXIT
 section() { echo; echo "=== $* ($(date +%T)) ==="; }
 
-# The binaries, unpacked where they may be gzipped.
 for b in gpumem_exporter nvidia_gpu_exporter nvmlpoll.test; do
-	if [ -f "$BIN/$b.gz" ]; then
-		gunzip -c "$BIN/$b.gz" >"$WORK/$b"
-	elif [ -f "$BIN/$b" ]; then
-		cp "$BIN/$b" "$WORK/$b"
-	else
-		echo "missing $BIN/$b (or $b.gz): build it first (docs/benchmarks.md)" >&2
-		exit 1
-	fi
-	chmod +x "$WORK/$b"
+	unpack "$BIN/$b" "$WORK/$b" || exit 1
 done
 
 section environment
@@ -101,9 +93,9 @@ measure() {
 	sleep 3
 
 	section "$n: at rest for 30 s (no scrapes)"
-	python3 scripts/gpu/peer_bench.py idle "$OURS_PID" 30 >"$WORK/idle_ours" &
+	python3 scripts/measure.py idle "$OURS_PID" 30 >"$WORK/idle_ours" &
 	local a=$!
-	python3 scripts/gpu/peer_bench.py idle "$PEER_PID" 30 >"$WORK/idle_peer" &
+	python3 scripts/measure.py idle "$PEER_PID" 30 >"$WORK/idle_peer" &
 	wait $a $!
 	for e in ours peer; do
 		name=gpumem_exporter; [ $e = peer ] && name=nvidia_gpu_exporter
@@ -116,7 +108,7 @@ measure() {
 		for e in ours peer; do
 			url=$OURS pid=$OURS_PID name=gpumem_exporter
 			[ $e = peer ] && url=$PEER pid=$PEER_PID name=nvidia_gpu_exporter
-			python3 scripts/gpu/peer_bench.py scrapes "$url" "$pid" 100 $what |
+			python3 scripts/measure.py scrapes "$url" "$pid" 100 $what |
 				python3 -c "import json,sys; d=json.load(sys.stdin); d.update(exporter=sys.argv[1], processes=int(sys.argv[2]), what=sys.argv[3]); print(json.dumps(d))" \
 					"$name" "$n" "$what" | tee -a "$RESULTS"
 		done
@@ -140,7 +132,7 @@ python3 -c "import urllib.request as u; open('$OUT/metrics_gpumem_exporter_16.tx
 python3 -c "import urllib.request as u; open('$OUT/metrics_nvidia_gpu_exporter_16.txt','wb').write(u.urlopen('$PEER').read())"
 
 section table
-python3 scripts/gpu/peer_bench.py table "$RESULTS" | tee "$OUT/compare.md"
+python3 scripts/measure.py table "$RESULTS" | tee "$OUT/compare.md"
 {
 	echo
 	echo "One poll (BenchmarkRealPoll) against only the calls whose answers change (BenchmarkRealDataCalls:"

@@ -1,5 +1,6 @@
-"""OOM report against the truth on a real GPU (issue: an OOM report showed
-context_bytes=0 for a process whose context was 520 MiB).
+"""An OOM report's context against the truth on a real GPU: the report must
+give the process's context even when NVML's last poll lags a burst of
+allocations (run by validate.sh).
 
 Run next to an exporter on the default socket: python3 scripts/gpu/oom_context.py URL
 It creates a CUDA context, measures its true context (NVML used minus the

@@ -1,6 +1,7 @@
-"""Two-GPU validation (issue: validate on two GPUs). Run by validate_two_gpus.sh
-next to a running exporter. Starts instrumented PyTorch workers, then checks
-/metrics against torch.cuda.memory_stats() and NVML (pynvml), by UUID.
+"""Processes on one GPU and spread over two, next to a running exporter (run
+by validate.sh; with one GPU it runs only the workers that fit on it).
+Starts instrumented PyTorch workers, then checks /metrics against
+torch.cuda.memory_stats() and NVML (pynvml), by UUID.
 
 Workers:
   A  CUDA_VISIBLE_DEVICES=1,0, allocates on its cuda:0 (= NVML GPU 1)

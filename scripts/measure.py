@@ -1,16 +1,16 @@
-"""Measure an exporter process from outside, for compare_peers.sh.
+"""Measure a running exporter from outside (standard library only).
 
-  peer_bench.py scrapes URL PID N [gzip|keepalive|gzip-keepalive]
+  measure.py scrapes URL PID N [plain|gzip|keepalive|gzip-keepalive]
                                             N sequential scrapes: latency, CPU per scrape, RSS;
                                             a new connection each (urllib), or one kept open
                                             (keepalive: as Prometheus scrapes)
-  peer_bench.py idle PID SECONDS            CPU of PID over SECONDS without scrapes
-  peer_bench.py table RESULTS.jsonl         the comparison table, in Markdown
+  measure.py idle PID SECONDS               CPU of PID over SECONDS without scrapes
+  measure.py table RESULTS.jsonl            compare_peers.sh's table, in Markdown
 
 Each measuring command prints one JSON object. CPU is read two ways:
 utime+stime (+ children) from /proc/PID/stat, in clock ticks of 10 ms, and
 the sum of /proc/PID/task/*/schedstat, in nanoseconds, where the kernel has
-it. Standard library only."""
+it (the finer of the two; the figures in docs/benchmarks.md are schedstat's)."""
 import glob
 import http.client
 import json
