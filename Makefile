@@ -22,9 +22,9 @@ all: build
 build:
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o gpumem_exporter .
 
-# Test binaries go test runs at once: at least 3, one more than the 2-core
-# development machine has, because the end-to-end test spends most of its
-# 20 s waiting on Prometheus (-p 3: 73 s there, the default 2: 82 s).
+# Test binaries go test runs at once: at least 3, one more than a 2-core
+# machine has, because the end-to-end test spends most of its time waiting
+# on Prometheus.
 TESTP       ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -lt 3 ] && echo 3 || echo $$n)
 
 # The whole test suite: Go (race detector, end-to-end against the built
@@ -36,9 +36,8 @@ test: test-go
 
 # As go test -race -count=1 ./..., through scripts/gotest.sh: it keeps the
 # linked test binaries in Go's build cache, which go test relinks at every
-# run (45 CPU-seconds of a warm run here). go test's own vet pass is off:
-# make lint runs go vet on everything, and the pass would vet every
-# dependency once more for its facts (half a CPU-minute of a cold build).
+# run. go test's own vet pass is off: make lint runs go vet on everything,
+# and the pass would vet every dependency once more for its facts.
 test-go:
 	GOTEST_P=$(TESTP) scripts/gotest.sh -race -vet=off -- ./...
 

@@ -5,6 +5,7 @@
 # polls every second and is scraped (gzip) once a second for
 # SCRAPE_SECONDS; then VmRSS, RssAnon and RssFile from /proc/PID/status.
 #   EXPORTER=/tmp/gpumem_exporter bash scripts/rss.sh
+# (EXPORTER may be gzipped: .bin/gpumem_exporter for .bin/gpumem_exporter.gz.)
 # BACKEND=simulated (default) or nvml (on a GPU node). RUNAS=65532 runs
 # the exporter as that user (setpriv), as the DaemonSet does; the binary
 # stays root's (as in the image) unless OWN=1 gives it to that user: the
@@ -22,10 +23,8 @@ API_PORT=${API_PORT:-9613}
 WORK=$(mktemp -d)
 chmod 755 "$WORK"
 mkdir -m 1777 "$WORK/sock"
-# Written back first: the dirty pages of a just-written binary stay in
-# memory whatever the exporter asks of the kernel.
-cp "$EXPORTER" "$WORK/gpumem_exporter"
-chmod 755 "$WORK/gpumem_exporter"
+. "$(dirname "$0")/lib.sh"
+unpack "$EXPORTER" "$WORK/gpumem_exporter" || exit 1 # gzipped or not, written back to disk
 [ -z "$RUNAS" ] || [ "${OWN:-}" != 1 ] || chown "$RUNAS:$RUNAS" "$WORK/gpumem_exporter"
 sync
 API=
@@ -41,7 +40,7 @@ for _ in $(seq 50); do [ -s "$WORK/api.out" ] && break; sleep 0.1; done
 KUBECONFIG_FILE=$(head -1 "$WORK/api.out")
 cp "$KUBECONFIG_FILE" "$WORK/kubeconfig" && chmod 644 "$WORK/kubeconfig"
 cat "$WORK/api.err"
-echo "backend $BACKEND, user ${RUNAS:-$(id -u)}, binary owned by $(stat -c %u "$WORK/gpumem_exporter"), kernel $(uname -r), binary $(stat -c %s "$EXPORTER") bytes"
+echo "backend $BACKEND, user ${RUNAS:-$(id -u)}, binary owned by $(stat -c %u "$WORK/gpumem_exporter"), kernel $(uname -r), binary $(stat -c %s "$WORK/gpumem_exporter") bytes"
 
 as_user=()
 [ -z "$RUNAS" ] || as_user=(setpriv --reuid="$RUNAS" --regid="$RUNAS" --clear-groups)
