@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/go-kit/log"
@@ -19,6 +20,9 @@ type welcome struct {
 	Type       string `json:"type"`
 	IntervalMS int64  `json:"interval_ms"`
 	Server     string `json:"server"`
+	// OOMVerdict: the daemon answers an oom message with a verdict
+	// message, so a client may wait for it before its process exits.
+	OOMVerdict bool `json:"oom_verdict,omitempty"`
 }
 
 // deadlineSlack is how far the read deadline may lag behind the idle
@@ -35,6 +39,8 @@ type connection struct {
 	// accepted message.
 	entry    *procEntry
 	welcomed bool
+	// writeMu serialises writes: see write.
+	writeMu sync.Mutex
 	// lr reads the connection; aliveAt is lr.reads when the process was
 	// last found alive: the lines of that read and earlier ones were all
 	// written while it ran.
@@ -207,7 +213,11 @@ func (cn *connection) handleLine(line []byte) error {
 		msg.OOM.LimitBytes = clampOptional(msg.OOM.LimitBytes, total)
 		msg.OOM.FreeBytes = clampOptional(msg.OOM.FreeBytes, total)
 		var e *procEntry
-		e, _, err = s.store.oom(cn.entry, cn.peer.id, msg.OOM, now, s.cfg.MaxDevices)
+		var reply func([]byte)
+		if !cn.draining {
+			reply = cn.reply
+		}
+		e, _, err = s.store.oom(cn.entry, cn.peer.id, msg.OOM, now, s.cfg.MaxDevices, reply)
 		err = cn.bind(e, err)
 	}
 	if err != nil {
@@ -297,16 +307,38 @@ func (cn *connection) sendWelcome() error {
 		Type:       "welcome",
 		IntervalMS: cn.s.cfg.Interval.Milliseconds(),
 		Server:     cn.s.cfg.ServerVersion,
+		OOMVerdict: cn.s.cfg.OOMVerdict,
 	})
 	if err != nil {
 		return fmt.Errorf("encoding welcome: %w", err)
 	}
 	b = append(b, '\n')
-	if err := cn.cs.c.SetWriteDeadline(time.Now().Add(writeTimeout)); err != nil {
-		return fmt.Errorf("setting write deadline: %w", err)
-	}
-	if _, err := cn.cs.c.Write(b); err != nil {
+	if err := cn.write(b); err != nil {
 		return fmt.Errorf("writing welcome: %w", err)
 	}
 	return nil
+}
+
+// write sends one line within writeTimeout. The connection's goroutine
+// (the welcome) and the OOM reports' (a verdict) both write; the lock
+// keeps their lines whole.
+func (cn *connection) write(line []byte) error {
+	cn.writeMu.Lock()
+	defer cn.writeMu.Unlock()
+	if err := cn.cs.c.SetWriteDeadline(time.Now().Add(writeTimeout)); err != nil {
+		return fmt.Errorf("setting write deadline: %w", err)
+	}
+	_, err := cn.cs.c.Write(line)
+	return err
+}
+
+// reply sends a line back to the process (an OOM's verdict). A process
+// that no longer reads, or has exited, simply does not get it.
+func (cn *connection) reply(line []byte) {
+	if len(line) == 0 || len(line) > cn.s.cfg.MaxMessageBytes || line[len(line)-1] != '\n' {
+		return
+	}
+	if err := cn.write(line); err != nil {
+		level.Debug(cn.logger).Log("msg", "OOM verdict not delivered", "err", err)
+	}
 }

@@ -46,6 +46,9 @@ type Config struct {
 	IdleTimeout      time.Duration // a connection without an accepted message this long is closed
 	Interval         time.Duration // push interval advertised in welcome
 	ServerVersion    string        // advertised in welcome
+	// OOMVerdict is advertised in welcome: something answers OOM events
+	// through OOMEvent.Reply.
+	OOMVerdict bool
 	// KnownDevice maps a normalised UUID to NVML's spelling and the
 	// device's total memory (0 when unknown), ok false when NVML does not
 	// know the device. Byte counts a client sends are clamped to the

@@ -357,6 +357,32 @@ func TestServerOOMReachesStoreAndCallback(t *testing.T) {
 	}
 }
 
+func TestServerOOMCarriesTheStatsAtTheFailureAndAnswersOnTheConnection(t *testing.T) {
+	ts := startServer(t, func(c *Config) { c.OOMVerdict = true }, func(s *Server) {
+		s.store.OnOOM(func(ev OOMEvent) {
+			if ev.Stats.Reserved != 4096 || ev.Stats.Active != Some(1024) {
+				ev.Reply([]byte(`{"v":1,"type":"verdict","cause":"wrong-stats"}` + "\n"))
+				return
+			}
+			ev.Reply([]byte("not a line")) // no newline: not sent
+			ev.Reply([]byte(`{"v":1,"type":"verdict","cause":"limit"}` + "\n"))
+		})
+	})
+	c := dial(t, ts.path)
+	c.send(`{"v":1,"type":"hello"}`)
+	welcome, err := c.readLine()
+	if err != nil || !strings.Contains(welcome, `"oom_verdict":true`) {
+		t.Fatalf("welcome %q (%v): want it to announce verdicts", welcome, err)
+	}
+	// As a client sends them at a failure: the stats, then the oom.
+	c.send(statsLine(testUUID, 4096, `,"active_bytes":1024`), `{"v":1,"type":"oom","uuid":"`+testUUID+`","requested_bytes":8192}`)
+	c.c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	line, err := c.readLine()
+	if err != nil || line != `{"v":1,"type":"verdict","cause":"limit"}`+"\n" {
+		t.Errorf("answer to the oom: %q (%v), want the verdict line alone", line, err)
+	}
+}
+
 func TestServerDisconnectedProcessExpiresAfterTTL(t *testing.T) {
 	ts := startServer(t, nil)
 	pid := uint32(os.Getpid())

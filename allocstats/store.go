@@ -83,6 +83,13 @@ type OOMEvent struct {
 	Requested uint64 // bytes the failed allocation asked for
 	Limit     Optional
 	Free      Optional
+	// Stats is the process's allocator on the device as it stood when the
+	// oom message came: a client sends its stats at the failure just
+	// before it, so these are the figures at the failure.
+	Stats DeviceStats
+	// Reply, when set, sends one line back to the process (the daemon's
+	// verdict); it never blocks for long and may fail silently.
+	Reply func(line []byte)
 }
 
 // Errors of the store's admission rules.
@@ -104,7 +111,8 @@ var (
 
 // Store keeps the latest allocator state per process and device. It is safe
 // for concurrent use. Its size is bounded: at most maxProcesses processes
-// that report over the socket (maxPerUID of one uid), each with at most
+// that report over the socket, running or lingering after their exit
+// (maxPerUID of one uid), each with at most
 // the devices-per-process cap; fed processes are bounded by their source.
 //
 // Locking: readers (Processes, Process, PIDs, DropUnlisted) never take the
@@ -129,6 +137,10 @@ type Store struct {
 	// nSocket and perUID count the entries of socket peers (not fed).
 	nSocket int
 	perUID  map[uint32]int
+	// nGone and gonePerUID count the socket peers' entries in gone: a
+	// lingering process counts against its uid's caps like a live one.
+	nGone      int
+	gonePerUID map[uint32]int
 
 	oomHooks []func(OOMEvent) // set before use, read without the lock
 
@@ -273,6 +285,7 @@ func NewStore(ttl time.Duration) *Store {
 		maxPerUID:    DefaultMaxProcessesPerUID,
 		procs:        make(map[uint32]*procEntry),
 		perUID:       make(map[uint32]int),
+		gonePerUID:   make(map[uint32]int),
 	}
 }
 
@@ -339,9 +352,11 @@ func (s *Store) Processes() []Process {
 // (Prune found it gone, or Remove): Processes lists it, with Exited set,
 // until the first Prune at least d after it exited, so that a scrape sees
 // the counters it reported last (an OOM raised right before it exited).
-// 0 (the default) drops it at once. At most the process limit of exited
-// processes are kept; beyond it, the oldest go first. Call it before the
-// store is used.
+// 0 (the default) drops it at once. An exited socket peer counts against
+// its uid's process caps until its linger ends, and only a new process of
+// the same uid pushes it out early (see admitLocked): no user can push out
+// another's. Exited fed processes are bounded by the process limit, the
+// oldest going first. Call it before the store is used.
 func (s *Store) SetLinger(d time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -357,14 +372,65 @@ func (s *Store) lingerLocked(e *procEntry, now time.Time) {
 	if g := s.gone.Load(); g != nil {
 		gone = *g
 	}
-	if over := len(gone) + 1 - s.maxProcesses; over > 0 {
-		gone = gone[over:]
-	}
 	next := make([]goneEntry, 0, len(gone)+1)
-	next = append(next, gone...)
+	if e.fed {
+		// Fed processes have no uid caps: keep at most the process limit
+		// of them, dropping the oldest.
+		over := 1 - s.maxProcesses
+		for _, g := range gone {
+			if g.e.fed {
+				over++
+			}
+		}
+		for _, g := range gone {
+			if over > 0 && g.e.fed {
+				over--
+				continue
+			}
+			next = append(next, g)
+		}
+	} else {
+		next = append(next, gone...)
+		s.nGone++
+		s.gonePerUID[e.uid]++
+	}
 	next = append(next, goneEntry{e, now})
 	s.gone.Store(&next)
 	s.version.Add(1)
+}
+
+// forgetGoneLocked takes the socket peer g out of the lingering counts.
+func (s *Store) forgetGoneLocked(g goneEntry) {
+	if g.e.fed {
+		return
+	}
+	s.nGone--
+	if s.gonePerUID[g.e.uid]--; s.gonePerUID[g.e.uid] <= 0 {
+		delete(s.gonePerUID, g.e.uid)
+	}
+}
+
+// evictGoneLocked drops the oldest lingering process of uid, to make room
+// for a new process of the same uid; false if uid has none.
+func (s *Store) evictGoneLocked(uid uint32) bool {
+	g := s.gone.Load()
+	if g == nil || s.gonePerUID[uid] == 0 {
+		return false
+	}
+	gone := *g
+	for i, ge := range gone {
+		if ge.e.fed || ge.e.uid != uid {
+			continue
+		}
+		next := make([]goneEntry, 0, len(gone)-1)
+		next = append(next, gone[:i]...)
+		next = append(next, gone[i+1:]...)
+		s.forgetGoneLocked(ge)
+		s.gone.Store(&next)
+		s.version.Add(1)
+		return true
+	}
+	return false
 }
 
 // expireLocked forgets the exited processes whose linger has passed at
@@ -377,6 +443,7 @@ func (s *Store) expireLocked(now time.Time) {
 	gone := *g
 	i := 0
 	for i < len(gone) && now.Sub(gone[i].at) >= s.linger {
+		s.forgetGoneLocked(gone[i])
 		i++
 	}
 	if i > 0 {
@@ -607,6 +674,14 @@ func (s *Store) bindLocked(id Identity) (*procEntry, error) {
 	case ok && !e.fed && e.startTime == id.StartTime:
 		return nil, errIdentityConflict
 	default:
+		if ok && !e.fed {
+			// A dead earlier holder of the pid (id is the live one): it
+			// lingers like any process that exited, under its own identity.
+			s.dropLocked(e)
+			s.removeSortedLocked(e.pid)
+			s.lingerLocked(e, time.Now())
+			e = nil
+		}
 		if err := s.admitLocked(id, e); err != nil {
 			return nil, err
 		}
@@ -632,22 +707,29 @@ func lockBound(e *procEntry) error {
 }
 
 // admitLocked checks the process limits for a new socket entry of id that
-// would replace old (nil if none).
+// would replace old (nil if none). Processes that exited and linger count
+// like live ones; over a limit, the oldest lingering process of id's own
+// uid makes room, never another uid's.
 func (s *Store) admitLocked(id Identity, old *procEntry) error {
-	total, mine := s.nSocket, s.perUID[id.UID]
-	if old != nil && !old.fed {
-		total--
-		if old.uid == id.UID {
-			mine--
+	for {
+		total, mine := s.nSocket+s.nGone, s.perUID[id.UID]+s.gonePerUID[id.UID]
+		if old != nil && !old.fed {
+			total--
+			if old.uid == id.UID {
+				mine--
+			}
 		}
-	}
-	if total >= s.maxProcesses {
-		return fmt.Errorf("%w: the limit is %d (--allocstats.max-processes)", errTooManyProcesses, s.maxProcesses)
-	}
-	if mine >= s.maxPerUID {
+		if total < s.maxProcesses && mine < s.maxPerUID {
+			return nil
+		}
+		if s.evictGoneLocked(id.UID) {
+			continue
+		}
+		if total >= s.maxProcesses {
+			return fmt.Errorf("%w: the limit is %d (--allocstats.max-processes)", errTooManyProcesses, s.maxProcesses)
+		}
 		return fmt.Errorf("%w: uid %d has %d, the limit (--allocstats.max-processes-per-uid)", errTooManyProcessesForUID, id.UID, mine)
 	}
-	return nil
 }
 
 // release is called when a connection bound to e closes. The last
@@ -865,7 +947,7 @@ func (s *Store) DropUnlisted(now time.Time, grace time.Duration, listed func(pid
 }
 
 // oom records an oom message of a connection.
-func (s *Store) oom(bound *procEntry, id Identity, m OOMMessage, now time.Time, maxDevices int) (*procEntry, OOMEvent, error) {
+func (s *Store) oom(bound *procEntry, id Identity, m OOMMessage, now time.Time, maxDevices int, reply func([]byte)) (*procEntry, OOMEvent, error) {
 	devices := []DeviceReport{{UUID: m.UUID}}
 	e := bound
 	if e != nil {
@@ -892,6 +974,7 @@ func (s *Store) oom(bound *procEntry, id Identity, m OOMMessage, now time.Time, 
 	}
 	ev := s.recordOOMLocked(e, m, now)
 	e.mu.Unlock()
+	ev.Reply = reply
 	s.notifyOOM(ev)
 	return e, ev, nil
 }
@@ -912,6 +995,7 @@ func (s *Store) recordOOMLocked(e *procEntry, m OOMMessage, now time.Time) OOMEv
 		Requested: m.RequestedBytes,
 		Limit:     m.LimitBytes,
 		Free:      m.FreeBytes,
+		Stats:     d.stats,
 	}
 }
 

@@ -1,6 +1,7 @@
 package allocstats
 
 import (
+	"reflect"
 	"testing"
 	"time"
 )
@@ -72,7 +73,7 @@ func TestStatsReplaceTheDeviceStateButKeepOOMInfo(t *testing.T) {
 	s := NewStore(time.Minute)
 	id := Identity{PID: 1, StartTime: 1}
 	e := mustStats(t, s, nil, id, t0, DeviceReport{UUID: testUUID, Reserved: 100, Active: Some(60), Limit: Some(1000)})
-	if _, _, err := s.oom(e, id, OOMMessage{UUID: testUUID, RequestedBytes: 916}, t0.Add(time.Second), DefaultMaxDevices); err != nil {
+	if _, _, err := s.oom(e, id, OOMMessage{UUID: testUUID, RequestedBytes: 916}, t0.Add(time.Second), DefaultMaxDevices, nil); err != nil {
 		t.Fatal(err)
 	}
 	mustStats(t, s, e, id, t0.Add(2*time.Second), DeviceReport{UUID: testUUID, Reserved: 200})
@@ -88,12 +89,16 @@ func TestStatsReplaceTheDeviceStateButKeepOOMInfo(t *testing.T) {
 
 func TestOOMBeforeStatsCreatesADeviceWithoutStats(t *testing.T) {
 	s := NewStore(time.Minute)
-	_, ev, err := s.oom(nil, Identity{PID: 3, UID: 1000, StartTime: 9}, OOMMessage{UUID: testUUID, RequestedBytes: 5, FreeBytes: Some(4)}, t0, DefaultMaxDevices)
+	_, ev, err := s.oom(nil, Identity{PID: 3, UID: 1000, StartTime: 9}, OOMMessage{UUID: testUUID, RequestedBytes: 5, FreeBytes: Some(4)}, t0, DefaultMaxDevices, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	wantEv := OOMEvent{Time: t0, PID: 3, UID: 1000, StartTime: 9, UUID: testUUID, Requested: 5, Free: Some(4)}
-	if ev != wantEv {
+	if ev.Stats.HasStats || ev.Stats.LastOOMRequest != Some(5) {
+		t.Errorf("event's stats at the failure %+v: want no stats, the request recorded", ev.Stats)
+	}
+	ev.Stats = DeviceStats{}
+	if !reflect.DeepEqual(ev, wantEv) {
 		t.Errorf("event\n got %+v\nwant %+v", ev, wantEv)
 	}
 	d := mustDevice(t, mustProcess(t, s, 3), testUUID)
@@ -214,7 +219,7 @@ func TestDevicesPerProcessAreCapped(t *testing.T) {
 	if _, err := s.stats(e, id, []DeviceReport{{UUID: testUUID, Reserved: 3}}, t0, 1); err != nil {
 		t.Errorf("updating the one device under a cap of 1: %v", err)
 	}
-	if _, _, err := s.oom(e, id, OOMMessage{UUID: testUUID2, RequestedBytes: 1}, t0, 1); err == nil {
+	if _, _, err := s.oom(e, id, OOMMessage{UUID: testUUID2, RequestedBytes: 1}, t0, 1, nil); err == nil {
 		t.Error("an oom for a second device was accepted with a cap of 1")
 	}
 }
@@ -311,7 +316,7 @@ func TestAnExitedProcessKeepsItsQueuedLinesUntilItsConnectionCloses(t *testing.T
 	if _, err := s.stats(e, old, []DeviceReport{{UUID: testUUID, Reserved: 2, OOMs: Some(2)}}, t0, DefaultMaxDevices); err != nil {
 		t.Errorf("a line queued before the exit was refused: %v", err)
 	}
-	if _, ev, err := s.oom(e, old, OOMMessage{UUID: testUUID, RequestedBytes: 916}, t0, DefaultMaxDevices); err != nil || ev.PID != 42 || ev.StartTime != 100 {
+	if _, ev, err := s.oom(e, old, OOMMessage{UUID: testUUID, RequestedBytes: 916}, t0, DefaultMaxDevices, nil); err != nil || ev.PID != 42 || ev.StartTime != 100 {
 		t.Errorf("an oom queued before the exit: %+v, %v", ev, err)
 	}
 	if len(events) != 1 {
@@ -375,7 +380,7 @@ func TestReadersAndBoundWritersDoNotWaitOnTheStoreLock(t *testing.T) {
 		if _, err := s.hello(e, id, Hello{Framework: "jax"}); err != nil {
 			done <- "hello: " + err.Error()
 		}
-		if _, _, err := s.oom(e, id, OOMMessage{UUID: testUUID, RequestedBytes: 1}, t0, DefaultMaxDevices); err != nil {
+		if _, _, err := s.oom(e, id, OOMMessage{UUID: testUUID, RequestedBytes: 1}, t0, DefaultMaxDevices, nil); err != nil {
 			done <- "oom: " + err.Error()
 		}
 	}()
@@ -419,7 +424,7 @@ func TestVersionMovesWithWhatProcessesReturns(t *testing.T) {
 		}
 	})
 	step("oom line", true, func() {
-		if _, _, err := s.oom(e, id, OOMMessage{UUID: testUUID, RequestedBytes: 1}, t0, DefaultMaxDevices); err != nil {
+		if _, _, err := s.oom(e, id, OOMMessage{UUID: testUUID, RequestedBytes: 1}, t0, DefaultMaxDevices, nil); err != nil {
 			t.Fatal(err)
 		}
 	})

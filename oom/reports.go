@@ -9,6 +9,7 @@ import (
 	"math"
 	"net/http"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/gpumem/gpumem_exporter/allocstats"
 	"github.com/gpumem/gpumem_exporter/attribution"
+	"github.com/gpumem/gpumem_exporter/diagnosis"
 	"github.com/gpumem/gpumem_exporter/internal/ratelog"
 	"github.com/gpumem/gpumem_exporter/nvmlpoll"
 )
@@ -52,6 +54,8 @@ type Report struct {
 	// OmittedProcesses is how many processes were left out of Processes
 	// (beyond MaxReportProcesses); Totals still count them.
 	OmittedProcesses int `json:"omitted_processes,omitempty"`
+	// Verdict says why: the cause, the figures it rests on, the remedy.
+	Verdict diagnosis.Verdict `json:"verdict"`
 
 	uid uint32 // of the reporting process, for the ring's per-uid share
 }
@@ -147,7 +151,10 @@ type Config struct {
 	// caused it. It is waited for at most FreshTimeout (default 2 s).
 	Fresh        func(context.Context) (*nvmlpoll.Snapshot, error)
 	FreshTimeout time.Duration
-	Logger       log.Logger
+	// OnReport, when set, is called with each report kept (from the
+	// goroutine that built it): the Kubernetes Event, for one.
+	OnReport func(Report)
+	Logger   log.Logger
 }
 
 // Reports keeps the last reports, at most Capacity, oldest first (see keep
@@ -159,6 +166,10 @@ type Reports struct {
 	queue   chan allocstats.OOMEvent
 	active  atomic.Bool // Run is consuming the queue
 	dropped *prometheus.CounterVec
+	byCause *prometheus.CounterVec
+	// history is each process's active memory over the last minutes,
+	// noted at each Observe: the trend a verdict reads.
+	history *diagnosis.History
 
 	limitMu sync.Mutex
 	lastPID map[pidKey]time.Time    // last report per process
@@ -227,6 +238,11 @@ func New(cfg Config) *Reports {
 			Name: "gpumem_oom_reports_dropped_total",
 			Help: "Out-of-memory events that got no report: over the per-process (pid_rate) or per-uid (uid_rate) rate, or with the build queue full (queue_full).",
 		}, []string{"reason"}),
+		byCause: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpumem_oom_reports_total",
+			Help: "Out-of-memory reports, by the cause of their verdict (limit, fragmentation, neighbours, too_large, leak, growth, contexts, unknown).",
+		}, []string{"cause"}),
+		history: diagnosis.NewHistory(),
 		lastPID: map[pidKey]time.Time{},
 		uidRate: map[uint32]*tokenBucket{},
 		context: map[contextKey]uint64{},
@@ -234,14 +250,47 @@ func New(cfg Config) *Reports {
 	for _, reason := range []string{dropPIDRate, dropUIDRate, dropQueueFull} {
 		r.dropped.WithLabelValues(reason)
 	}
+	for _, c := range diagnosis.Causes() {
+		r.byCause.WithLabelValues(string(c))
+	}
 	return r
 }
 
+// InfoWindow is how long after a report gpumem_allocator_last_oom_info
+// names its cause: longer than the OOM alert's 5-minute window.
+const InfoWindow = 10 * time.Minute
+
+var lastOOMInfo = prometheus.NewDesc("gpumem_allocator_last_oom_info",
+	"The cause of the process's last out-of-memory report on the GPU (cause: limit, fragmentation, neighbours, too_large, leak, growth, contexts, unknown), for 10 minutes after it.",
+	[]string{"gpu", "uuid", "pid", "comm", "namespace", "pod", "container", "cause"}, nil)
+
 // Describe implements prometheus.Collector.
-func (r *Reports) Describe(ch chan<- *prometheus.Desc) { r.dropped.Describe(ch) }
+func (r *Reports) Describe(ch chan<- *prometheus.Desc) {
+	r.dropped.Describe(ch)
+	r.byCause.Describe(ch)
+	ch <- lastOOMInfo
+}
 
 // Collect implements prometheus.Collector.
-func (r *Reports) Collect(ch chan<- prometheus.Metric) { r.dropped.Collect(ch) }
+func (r *Reports) Collect(ch chan<- prometheus.Metric) {
+	r.dropped.Collect(ch)
+	r.byCause.Collect(ch)
+	type key struct {
+		pid  uint32
+		uuid string
+	}
+	seen := map[key]bool{}
+	now := time.Now()
+	for _, rep := range r.List() { // newest first: the last report wins
+		k := key{rep.PID, rep.UUID}
+		if seen[k] || now.Sub(rep.Time) > InfoWindow {
+			continue
+		}
+		seen[k] = true
+		ch <- prometheus.MustNewConstMetric(lastOOMInfo, prometheus.GaugeValue, 1,
+			rep.GPU, rep.UUID, strconv.FormatUint(uint64(rep.PID), 10), rep.Comm, rep.Namespace, rep.Pod, rep.Container, string(rep.Verdict.Cause))
+	}
+}
 
 // allow applies the per-process and per-uid rates at the event's time, and
 // says why not when the event gets no report.
@@ -299,7 +348,7 @@ func (r *Reports) Run(ctx context.Context) {
 			return
 		case ev := <-r.queue:
 			snap := r.freshSnapshot(ctx)
-			r.keep(r.build(ev, r.cfg.Sources.ReadAt(snap)))
+			r.finish(ev, r.build(ev, r.cfg.Sources.ReadAt(snap)))
 		}
 	}
 }
@@ -330,13 +379,14 @@ func (r *Reports) Observe(snap *nvmlpoll.Snapshot) {
 	if ok {
 		version = vs.Version() // before the join: a change during it is seen next time
 		if r.observedSnap != nil && version == r.observedVersion && now.Sub(r.observedAt) < observeRefresh && snap.SameReadings(r.observedSnap) {
-			return
+			return // nothing changed: the history holds the last values
 		}
 	}
 	v := r.cfg.Sources.ReadAt(snap)
 	if ok && snap != nil {
 		r.observedSnap, r.observedVersion, r.observedAt = snap, version, now
 	}
+	r.noteHistory(v, now)
 	r.ctxMu.Lock()
 	defer r.ctxMu.Unlock()
 	next := make(map[contextKey]uint64, len(v.Rows))
@@ -353,6 +403,22 @@ func (r *Reports) Observe(snap *nvmlpoll.Snapshot) {
 		}
 	}
 	r.context = next
+}
+
+// noteHistory adds each process's active memory to the history and
+// forgets the processes no longer in the join.
+func (r *Reports) noteHistory(v attribution.View, now time.Time) {
+	live := make(map[diagnosis.Key]bool, len(v.Rows))
+	for i := range v.Rows {
+		row := &v.Rows[i]
+		if row.Alloc == nil || row.Exited || !row.Alloc.Active.OK {
+			continue
+		}
+		k := diagnosis.Key{PID: row.PID, Start: row.Info.StartTime, UUID: row.UUID}
+		live[k] = true
+		r.history.Note(k, now, row.Alloc.Active.V)
+	}
+	r.history.Retain(func(k diagnosis.Key) bool { return live[k] })
 }
 
 func (r *Reports) lastContext(row *attribution.Row) (uint64, bool) {
@@ -381,7 +447,21 @@ func (r *Reports) Record(ev allocstats.OOMEvent) {
 		}
 		return
 	}
-	r.keep(r.build(ev, r.cfg.Sources.Read()))
+	r.finish(ev, r.build(ev, r.cfg.Sources.Read()))
+}
+
+// finish keeps rep, answers the process with its verdict and hands it on.
+func (r *Reports) finish(ev allocstats.OOMEvent, rep Report) {
+	r.keep(rep)
+	r.byCause.WithLabelValues(string(rep.Verdict.Cause)).Inc()
+	if ev.Reply != nil {
+		if line, err := VerdictLine(rep); err == nil {
+			ev.Reply(line)
+		}
+	}
+	if r.cfg.OnReport != nil {
+		r.cfg.OnReport(rep)
+	}
 }
 
 // keep stores rep and logs it. When the ring is full, the oldest report of
@@ -419,6 +499,7 @@ func (r *Reports) keep(rep Report) {
 	kv := []any{
 		"msg", "CUDA out of memory reported",
 		"pid", rep.PID, "comm", rep.Comm, "gpu", rep.GPU, "uuid", rep.UUID,
+		"cause", rep.Verdict.Cause,
 		"requested_bytes", rep.RequestedBytes,
 		"active_bytes", rep.Totals.ActiveBytes,
 		"inactive_bytes", rep.Totals.InactiveBytes,
@@ -431,6 +512,7 @@ func (r *Reports) keep(rep Report) {
 		top := rep.Processes[0]
 		kv = append(kv, "top_holder_pid", top.PID, "top_holder_comm", top.Comm, "top_holder_bytes", top.footprint())
 	}
+	kv = append(kv, "verdict", rep.Verdict.Summary, "remedy", rep.Verdict.Remedy)
 	r.logs.Warn(r.logger).Log(kv...)
 }
 
@@ -511,6 +593,7 @@ func (r *Reports) build(ev allocstats.OOMEvent, view attribution.View) Report {
 			}
 		}
 	}
+	rep.Verdict = diagnosis.Diagnose(r.diagnosisInput(ev, &rep))
 	rep.Processes, rep.OmittedProcesses = topProcesses(rep.Processes, MaxReportProcesses)
 	if !reporterFound && r.cfg.Sources.Workload != nil {
 		if in, ok := r.cfg.Sources.Workload.Lookup(ev.PID); ok {
@@ -518,6 +601,65 @@ func (r *Reports) build(ev allocstats.OOMEvent, view attribution.View) Report {
 		}
 	}
 	return rep
+}
+
+// diagnosisInput gathers what the verdict reads: the event, the reporting
+// process's allocator at the failure (the stats it sent with the OOM), the
+// other processes NVML lists on the device, the device's memory and the
+// trend of the process's active memory.
+func (r *Reports) diagnosisInput(ev allocstats.OOMEvent, rep *Report) diagnosis.Input {
+	in := diagnosis.Input{
+		Requested: ev.Requested,
+		Self:      diagnosis.Process{PID: ev.PID},
+		Trend:     r.history.Trend(diagnosis.Key{PID: ev.PID, Start: ev.StartTime, UUID: ev.UUID}, ev.Time),
+	}
+	if !in.Trend.OK() {
+		// Noted without a start time: the workload cache did not know it.
+		in.Trend = r.history.Trend(diagnosis.Key{PID: ev.PID, UUID: ev.UUID}, ev.Time)
+	}
+	if m := rep.DeviceMemory; m != nil {
+		in.Total = m.TotalBytes
+		if m.ReservedBytes != nil {
+			in.DriverReserved = *m.ReservedBytes
+		}
+		free := m.FreeBytes
+		in.Free = &free
+	}
+	if ev.Free.OK {
+		in.Free = ev.Free.Ptr()
+	}
+	// The process's own limit: from its stats where it sent one; else the
+	// OOM's allowed maximum, which is the GPU itself when none is set
+	// (Diagnose tells the two apart).
+	if ev.Stats.Limit.OK {
+		in.Limit = ev.Stats.Limit.Ptr()
+	} else if ev.Limit.OK {
+		in.Limit = ev.Limit.Ptr()
+	}
+	if st := ev.Stats; st.HasStats {
+		reserved := st.Reserved
+		in.Self.Reserved = &reserved
+		in.Self.Active = st.Active.Ptr()
+		in.Self.InactiveSplit = st.InactiveSplit.Ptr()
+	}
+	for i := range rep.Processes {
+		p := &rep.Processes[i]
+		if p.Reporting {
+			in.Self.Comm, in.Self.Namespace, in.Self.Pod, in.Self.Container = p.Comm, p.Namespace, p.Pod, p.Container
+			in.Self.Used, in.Self.Context = p.UsedBytes, p.ContextBytes
+			if in.Self.Reserved == nil { // no stats with the OOM: the latest
+				in.Self.Reserved, in.Self.Active = p.ReservedBytes, p.ActiveBytes
+			}
+			continue
+		}
+		if !p.NVMLListed {
+			continue // its own claim: not known to hold anything
+		}
+		o := diagnosis.Process{PID: p.PID, Comm: p.Comm, Namespace: p.Namespace, Pod: p.Pod, Container: p.Container,
+			Used: p.UsedBytes, Context: p.ContextBytes, Reserved: p.ReservedBytes, Active: p.ActiveBytes}
+		in.Others = append(in.Others, o)
+	}
+	return in
 }
 
 // topProcesses keeps the first n of ps, and the reporting process if it

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/gpumem/gpumem_exporter/allocstats"
 	"github.com/gpumem/gpumem_exporter/attribution"
+	"github.com/gpumem/gpumem_exporter/diagnosis"
 	"github.com/gpumem/gpumem_exporter/internal/mocknode"
 	"github.com/gpumem/gpumem_exporter/nvmlpoll"
 	"github.com/gpumem/gpumem_exporter/workload"
@@ -135,6 +137,13 @@ func TestOOMReportDescribesTheWholeDevice(t *testing.T) {
 			{PID: 500, ReservedBytes: u64(200 * mib), ActiveBytes: u64(50 * mib), InactiveBytes: u64(150 * mib)},
 		},
 	}
+	// 3072 MiB reserved + 916 MiB is under the 4096 MiB limit, with 129
+	// GiB free: the figures cannot tell (the verdict's own tests are in
+	// diagnosis).
+	if got.Verdict.Cause != diagnosis.Unknown || got.Verdict.Figures["reserved_bytes"] != 3072*mib {
+		t.Errorf("verdict %+v: want unknown, resting on the 3072 MiB reserved", got.Verdict)
+	}
+	want.Verdict = got.Verdict
 	gotJSON, _ := json.MarshalIndent(got, "", " ")
 	wantJSON, _ := json.MarshalIndent(want, "", " ")
 	if !bytes.Equal(gotJSON, wantJSON) {
@@ -507,3 +516,73 @@ func TestObserveJoinsOnlyWhenItsInputsChanged(t *testing.T) {
 type allocatorOnly struct{ s *countingStore }
 
 func (a allocatorOnly) Processes() []allocstats.Process { return a.s.Processes() }
+
+func TestOOMVerdictReachesTheProcessTheCountersAndTheHook(t *testing.T) {
+	store, snap := oomFixture(t)
+	var logBuf bytes.Buffer
+	var hooked []Report
+	reports := New(Config{Capacity: 4, Sources: sources(snap, store), Logger: log.NewLogfmtLogger(&logBuf),
+		OnReport: func(r Report) { hooked = append(hooked, r) }})
+	// At the failure: 3800 MiB reserved under a 4096 MiB limit, 916 MiB
+	// asked for, the GPU nearly empty.
+	feed(t, store, 100, allocstats.DeviceReport{UUID: testUUID, Reserved: 3800 * mib, Active: allocstats.Some(3700 * mib), Limit: allocstats.Some(4096 * mib)})
+	ev := feedOOM(t, store, 100, allocstats.OOMMessage{UUID: testUUID, RequestedBytes: 916 * mib, LimitBytes: allocstats.Some(4096 * mib), FreeBytes: allocstats.Some(130000 * mib)})
+	var answered [][]byte
+	ev.Reply = func(line []byte) { answered = append(answered, line) }
+	ev.Time = time.Now() // the info metric names reports of the last minutes
+	reports.Record(ev)
+
+	got := reports.List()[0].Verdict
+	if got.Cause != diagnosis.Limit || !strings.Contains(got.Summary, "limit of 4.00 GiB") {
+		t.Fatalf("verdict %+v: want limit", got)
+	}
+	if len(answered) != 1 {
+		t.Fatalf("the process got %d answers, want 1", len(answered))
+	}
+	var msg map[string]any
+	if err := json.Unmarshal(answered[0], &msg); err != nil || msg["type"] != "verdict" || msg["cause"] != "limit" || msg["summary"] != got.Summary || answered[0][len(answered[0])-1] != '\n' {
+		t.Errorf("answer %q (%v): want one verdict line with the cause and summary", answered[0], err)
+	}
+	if len(hooked) != 1 || hooked[0].Verdict.Cause != diagnosis.Limit {
+		t.Errorf("OnReport got %d reports, want the one with its verdict", len(hooked))
+	}
+	if !strings.Contains(logBuf.String(), "cause=limit") {
+		t.Errorf("log line %q does not say the cause", logBuf.String())
+	}
+	want := `
+# HELP gpumem_allocator_last_oom_info The cause of the process's last out-of-memory report on the GPU (cause: limit, fragmentation, neighbours, too_large, leak, growth, contexts, unknown), for 10 minutes after it.
+# TYPE gpumem_allocator_last_oom_info gauge
+gpumem_allocator_last_oom_info{cause="limit",comm="train",container="main",gpu="3",namespace="ml",pid="100",pod="trainer-0",uuid="` + testUUID + `"} 1
+# HELP gpumem_oom_reports_total Out-of-memory reports, by the cause of their verdict (limit, fragmentation, neighbours, too_large, leak, growth, contexts, unknown).
+# TYPE gpumem_oom_reports_total counter
+gpumem_oom_reports_total{cause="contexts"} 0
+gpumem_oom_reports_total{cause="fragmentation"} 0
+gpumem_oom_reports_total{cause="growth"} 0
+gpumem_oom_reports_total{cause="leak"} 0
+gpumem_oom_reports_total{cause="limit"} 1
+gpumem_oom_reports_total{cause="neighbours"} 0
+gpumem_oom_reports_total{cause="too_large"} 0
+gpumem_oom_reports_total{cause="unknown"} 0
+`
+	if err := testutil.CollectAndCompare(reports, strings.NewReader(want), "gpumem_oom_reports_total", "gpumem_allocator_last_oom_info"); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestOOMVerdictReadsTheTrendObservedBefore(t *testing.T) {
+	store, snap := oomFixture(t)
+	reports := New(Config{Capacity: 4, Sources: sources(snap, store)})
+	// pid 100's active memory climbs 64 MiB a second for two minutes
+	// under a 16 GiB limit: a leak.
+	for s := 0; s < 120; s++ {
+		active := uint64(2048+64*s) * mib
+		feed(t, store, 100, allocstats.DeviceReport{UUID: testUUID, Reserved: active + 10*mib, Active: allocstats.Some(active), Limit: allocstats.Some(10240 * mib)})
+		reports.noteHistory(reports.cfg.Sources.ReadAt(snap), t0.Add(time.Duration(s-120)*time.Second))
+	}
+	ev := feedOOM(t, store, 100, allocstats.OOMMessage{UUID: testUUID, RequestedBytes: 64 * mib, LimitBytes: allocstats.Some(10240 * mib), FreeBytes: allocstats.Some(100000 * mib)})
+	reports.Record(ev)
+	v := reports.List()[0].Verdict
+	if v.Cause != diagnosis.Leak || v.Figures["trend_seconds"] < 100 {
+		t.Errorf("verdict %+v: want a leak, from the two minutes of trend", v)
+	}
+}
