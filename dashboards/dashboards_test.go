@@ -22,7 +22,7 @@ const (
 	datasourceUID = "${datasource}"
 )
 
-// wantDashboards are the dashboards issue 9 asks for, by file and uid.
+// wantDashboards are the dashboards the project ships, by file and uid.
 var wantDashboards = map[string]string{
 	"fleet.json":    "gpumem-fleet",
 	"node.json":     "gpumem-node",

@@ -30,7 +30,7 @@ const (
 // (kube-prometheus-stack's default; plain Prometheus's is 1m).
 const evalInterval = 30 * time.Second
 
-// Targets, from issue 9 where it sets them.
+// What the alerts must achieve over the simulated runs.
 const (
 	minLead       = 2 * time.Minute  // OOM risk's warning before the OOM
 	minWarnedRuns = 0.9              // part of leak and growth OOMs warned minLead ahead
