@@ -11,6 +11,7 @@ the process (after stop() it only fills the bounded queue).
 """
 
 import collections
+import threading
 import time
 
 MAX_EVENTS = 64
@@ -18,8 +19,11 @@ MAX_EVENTS = 64
 events = collections.deque(maxlen=MAX_EVENTS)
 # A callable that wakes the running client's thread, or None.
 wake = None
-# torch._C of the torch the observer was attached to (attach once per process).
+# torch._C of the torch the observer was attached to (attach once per process),
+# and of the torch a lazy attach was queued for (torch.cuda._lazy_call).
 registered_to = None
+queued_to = None
+attach_lock = threading.Lock()
 # torch.cuda.memory_stats, set when the observer is attached.
 snapshot = None
 

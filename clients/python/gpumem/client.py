@@ -15,7 +15,7 @@ import socket
 import threading
 import time
 
-from . import _cuda, _oom, _ownership, config, protocol, sources as _sources
+from . import _cuda, _oom, _ownership, _verdict, config, protocol, sources as _sources
 
 log = logging.getLogger("gpumem")
 
@@ -53,6 +53,12 @@ class Client(object):
         self._torch = next((s for s in self.sources if isinstance(s, _sources.TorchSource)), None)
 
         self.server = None  # the daemon's "server" from its welcome
+        self.verdicts = []  # the daemon's verdicts on this process's OOMs, parsed
+        self.show_verdicts = config.oom_message()
+        # OOMs sent whose verdict has not come; the daemon's welcome says
+        # whether one will (None: no welcome read yet on this connection).
+        self._awaiting = 0
+        self._daemon_verdicts = None
         self.connects = 0  # connections made
         self.connect_attempts = 0  # passes over the candidate sockets
         self.dropped_lines = 0  # lines not sent because a send failed
@@ -187,6 +193,7 @@ class Client(object):
         self._rbuf = b""
         self._sent = {}
         self._last_full = None
+        self._daemon_verdicts = None
         self._connected_at = time.monotonic()
         self.connects += 1
         log.debug("gpumem: connected to %s", self.socket_path)
@@ -222,6 +229,7 @@ class Client(object):
     def _drop_connection(self, why):
         s, self._sock = self._sock, None
         self._sent = {}
+        self._awaiting = 0  # a verdict comes only on the connection that sent the OOM
         self._rbuf = b""
         if s is None:
             return
@@ -276,14 +284,48 @@ class Client(object):
         return True
 
     def _handle(self, msg):
-        if not msg or msg.get("type") != "welcome":
+        if not msg:
             return
+        if msg.get("type") == "verdict":
+            self._handle_verdict(msg)
+            return
+        if msg.get("type") != "welcome":
+            return
+        self._daemon_verdicts = msg.get("oom_verdict") is True
         server = msg.get("server")
         if isinstance(server, str):
             self.server = server
         ms = protocol.non_negative_int(msg.get("interval_ms"))
         if ms and not self._interval_fixed:
             self.interval = max(ms / 1000.0, config.MIN_INTERVAL)
+
+    def _handle_verdict(self, msg):
+        v = _verdict.parse(msg)
+        if v is None or self._awaiting <= 0:
+            return  # no OOM of ours is waiting: a daemon's stray line
+        self._awaiting -= 1
+        if len(self.verdicts) < _oom.MAX_EVENTS:
+            self.verdicts.append(v)
+        if self.show_verdicts:
+            _verdict.show(v)
+
+    def pending_verdicts(self):
+        """True while an OOM is queued or sent and its verdict may still come."""
+        if _oom.events:
+            return True
+        return self._awaiting > 0 and self._daemon_verdicts is not False
+
+    def wait_for_verdicts(self, timeout):
+        """Wait up to timeout seconds for the verdicts of the OOMs queued or
+        sent (at exit, so that a process dying of an OOM still prints why);
+        True when none is left pending."""
+        deadline = time.monotonic() + timeout
+        while self.pending_verdicts():
+            if not self.running() or time.monotonic() >= deadline:
+                return False
+            self.wake()
+            time.sleep(0.02)
+        return True
 
     # -- messages --
 
@@ -292,6 +334,7 @@ class Client(object):
         of UUIDs they were about."""
         lines = []
         uuids = set()
+        sent = 0  # oom lines
         while True:
             try:
                 device, alloc, limit, free, when, stats = _oom.events.popleft()
@@ -310,8 +353,10 @@ class Client(object):
                 lines.extend(protocol.stats_lines([entry]))
             lines.append(protocol.encode(protocol.oom(uuid, alloc, limit, free)))
             uuids.add(uuid)
+            sent += 1
         if lines and not self._send(lines):
             return None
+        self._awaiting += sent
         return uuids
 
     def _oom_entry(self, device, stats):
@@ -403,6 +448,10 @@ def start(socket_path=None, interval=None):
             if _client is not None and _client.running():
                 return True
             c = Client(socket_path=socket_path, interval=interval)
+            if c._torch is not None:
+                # Attached (or queued for when CUDA initialises) before the
+                # caller's first allocation, not a cycle later.
+                c._torch.ensure_oom_observer()
             c.start()
             _client = c
             if not _atexit_registered:
@@ -431,6 +480,15 @@ def stop(timeout=1.0):
 
 
 def _stop_at_exit():
+    """At exit: wait (bounded) for the verdicts of this process's OOMs, so a
+    process that dies of an uncaught OutOfMemoryError prints why after
+    PyTorch's traceback, then stop."""
+    c = _client
+    try:
+        if c is not None and c.show_verdicts:
+            c.wait_for_verdicts(config.oom_wait())
+    except Exception:
+        pass
     stop(0.5)
 
 

@@ -20,6 +20,27 @@ def disabled(environ=None):
     return env.get("GPUMEM_DISABLE", "").strip().lower() in _TRUE
 
 
+DEFAULT_OOM_WAIT = 4.0  # seconds a process that dies of an OOM waits for the verdict
+
+
+def oom_message(environ=None):
+    """False when GPUMEM_OOM_MESSAGE turns the verdict on stderr off."""
+    env = os.environ if environ is None else environ
+    return env.get("GPUMEM_OOM_MESSAGE", "").strip().lower() not in ("0", "false", "no", "off")
+
+
+def oom_wait(environ=None):
+    """Seconds to wait at exit for the verdicts of OOMs sent (GPUMEM_OOM_WAIT)."""
+    env = os.environ if environ is None else environ
+    try:
+        seconds = float(env.get("GPUMEM_OOM_WAIT", DEFAULT_OOM_WAIT))
+    except (TypeError, ValueError):
+        return DEFAULT_OOM_WAIT
+    if not math.isfinite(seconds) or seconds < 0:
+        return DEFAULT_OOM_WAIT
+    return min(seconds, 30.0)
+
+
 def socket_paths(explicit=None, environ=None):
     """Where to look for the daemon, in order. An explicit path or
     GPUMEM_SOCKET is the only candidate; otherwise default_socket_paths().

@@ -160,30 +160,58 @@ class TorchSource(Source):
         return int(fraction * int(total))
 
     def ensure_oom_observer(self):
-        """Attach the OOM observer once CUDA is initialised; once per process."""
+        """Attach PyTorch's out-of-memory observer, once per process: at once
+        when CUDA is initialised, else queued with torch.cuda._lazy_call,
+        which PyTorch runs right after it initialises CUDA and before the
+        allocation that made it do so: an OOM on the first allocation is
+        reported too."""
         if self._observer_failed:
             return
         try:
             torch = self.loaded()
-            if torch is None or self._cuda(torch) is None:
+            if torch is None:
                 return
-            C = torch._C
-            if _oom.registered_to is C:
+            C = getattr(torch, "_C", None)
+            if C is None or _oom.registered_to is C:
                 return
-            attach = getattr(C, "_cuda_attach_out_of_memory_observer", None)
-            if attach is None:
-                self._observer_failed = True
-                log.debug("gpumem: this PyTorch has no out-of-memory observer")
+            if self._cuda(torch) is not None:
+                self._attach(torch)
                 return
-            # The observer runs after the allocator released its lock, so a
-            # memory_stats() there is safe: it records the allocator as it
-            # stood at the failure, before the exception frees anything.
-            _oom.snapshot = torch.cuda.memory_stats
-            attach(_oom.observer)
-            _oom.registered_to = C
+            lazy = getattr(getattr(torch, "cuda", None), "_lazy_call", None)
+            if lazy is not None and _oom.queued_to is not C:
+                _oom.queued_to = C
+                lazy(lambda: self._attach(torch))
         except Exception as e:
             self._observer_failed = True
             log.warning("gpumem: attaching the out-of-memory observer failed: %r", e)
+
+    def _attach(self, torch):
+        """Attach the observer now. Runs on the client's thread, the caller's,
+        or inside PyTorch's CUDA initialisation (a queued call): it must
+        never raise, or the user's first CUDA call would fail."""
+        try:
+            with _oom.attach_lock:
+                C = torch._C
+                if _oom.registered_to is C:
+                    return
+                attach = getattr(C, "_cuda_attach_out_of_memory_observer", None)
+                if attach is None:
+                    self._observer_failed = True
+                    log.debug("gpumem: this PyTorch has no out-of-memory observer")
+                    return
+                # The observer runs after the allocator released its lock,
+                # so a memory_stats() there is safe: it records the
+                # allocator as it stood at the failure, before the
+                # exception frees anything.
+                _oom.snapshot = torch.cuda.memory_stats
+                attach(_oom.observer)
+                _oom.registered_to = C
+        except Exception as e:
+            self._observer_failed = True
+            try:
+                log.warning("gpumem: attaching the out-of-memory observer failed: %r", e)
+            except Exception:
+                pass
 
 
 class JaxSource(Source):

@@ -69,9 +69,12 @@ class FakeDaemon(object):
     read=False accepts connections and never reads from them (with a small
     receive buffer), to play a daemon that is stuck."""
 
-    def __init__(self, path, welcome=None, read=True):
+    def __init__(self, path, welcome=None, read=True, verdict=None):
         self.path = path
         self.welcome = welcome
+        # verdict: a function of an oom message giving the line (bytes) or
+        # message (dict) to answer it with, or None.
+        self.verdict = verdict
         self.read = read
         self.lines = []
         self.conns = []
@@ -120,9 +123,16 @@ class FakeDaemon(object):
                 msg = json.loads(line.decode("utf-8"))
                 with self._lock:
                     self.lines.append((n, line, msg))
+                answer = None
                 if msg.get("type") == "hello" and self.welcome is not None:
+                    answer = (json.dumps(self.welcome) + "\n").encode()
+                elif msg.get("type") == "oom" and self.verdict is not None:
+                    answer = self.verdict(msg)
+                    if isinstance(answer, dict):
+                        answer = (json.dumps(answer) + "\n").encode()
+                if answer:
                     try:
-                        conn.sendall((json.dumps(self.welcome) + "\n").encode())
+                        conn.sendall(answer)
                     except OSError:
                         return
 
@@ -196,7 +206,22 @@ class StandInTorch(object):
         if with_has_context:
             C._cuda_hasPrimaryContext = lambda i: self._call("hasPrimaryContext", i, self.devices[i].get("context", True))
         C._cuda_attach_out_of_memory_observer = self._attach
+        self.queued = []  # torch.cuda._lazy_call's queue
+        cuda._lazy_call = self._lazy_call
         self.module = torch
+
+    def _lazy_call(self, fn):
+        if self.initialized:
+            fn()
+        else:
+            self.queued.append(fn)
+
+    def init_cuda(self):
+        """As torch.cuda._lazy_init: initialise, then run the queued calls."""
+        self.initialized = True
+        queued, self.queued = self.queued, []
+        for fn in queued:
+            fn()
 
     def _call(self, name, device, result):
         self.calls.append((name, device))
@@ -261,9 +286,11 @@ class GpumemTestCase(unittest.TestCase):
         for k in list(self._saved_env):
             del os.environ[k]
         os.environ["GPUMEM_SOCKET"] = self.sock
+        os.environ["GPUMEM_OOM_MESSAGE"] = "0"  # verdicts are checked, not printed
         _oom.events.clear()
         _oom.wake = None
         _oom.registered_to = None
+        _oom.queued_to = None
         config._warned_interval = False
         self.clients = []
         self.daemons = []
@@ -284,6 +311,7 @@ class GpumemTestCase(unittest.TestCase):
         _oom.events.clear()
         _oom.wake = None
         _oom.registered_to = None
+        _oom.queued_to = None
         self.host.restore()
         shutil.rmtree(self.tmp, ignore_errors=True)
 

@@ -8,6 +8,7 @@ from tests.helpers import (SHIPPED_DEFAULT_SOCKET, FakeDaemon, GpumemTestCase, H
                            uuid_for, wait_until)
 import gpumem
 import gpumem.client
+import gpumem._verdict
 from gpumem import _oom, config, protocol
 
 DEVICE_KEYS = {"uuid", "reserved_bytes", "active_bytes", "allocated_bytes", "inactive_split_bytes",
@@ -223,6 +224,101 @@ class OOMTest(GpumemTestCase):
         t.observers[0](0, 1 << 20, 1 << 30, 1 << 30)
         t.fail_stats = False
         wait_until(lambda: d.messages("oom"), timeout=5.0, what="the oom message")
+
+
+    def test_an_oom_on_the_first_allocation_is_reported(self):
+        # The observer is queued with torch.cuda._lazy_call at start(), so it
+        # is attached as CUDA initialises, before the first allocation fails.
+        d = self.daemon()
+        t = self.install_torch({0: {"stats": torch_stats(0)}}, initialized=False)
+        self.assertTrue(gpumem.start(socket_path=self.sock, interval=30.0))
+        self.assertEqual(t.observers, [], "no CUDA yet: nothing attached")
+        self.assertEqual(len(t.queued), 1, "one attach queued for CUDA's initialisation")
+        t.init_cuda()
+        self.assertEqual(len(t.observers), 1, "attached as CUDA initialised")
+        t.observers[0](0, 200 << 30, 150109880320, 149 << 30)
+        wait_until(lambda: d.messages("oom"), timeout=5.0, what="the oom of the first allocation")
+        self.assertEqual(d.messages("oom")[0]["requested_bytes"], 200 << 30)
+
+    def test_verdict_is_printed_and_strange_answers_are_not(self):
+        answers = [
+            {"v": 1, "type": "verdict", "uuid": "GPU-" + uuid_for(0), "gpu": "0", "cause": "limit",
+             "contributing": ["growth", "bogus"], "summary": "The request of 3.56 GiB would take the process\x1b[31m past its own limit.",
+             "remedy": "Raise the limit " + "x" * 5000},
+            {"v": 1, "type": "verdict", "cause": "made-up", "summary": 42},
+        ]
+        d = self.daemon(welcome={"v": 1, "type": "welcome", "interval_ms": 50, "server": "test", "oom_verdict": True},
+                        verdict=lambda m: answers.pop(0) if answers else None)
+        t = self.install_torch({0: {"stats": torch_stats(1 << 30)}})
+        c = self.client()
+        wait_until(lambda: d.messages("stats") and t.observers and c._daemon_verdicts, what="stats, observer, welcome")
+        t.observers[0](0, 3822 << 20, 7 << 30, 139 << 30)
+        wait_until(lambda: c.verdicts, what="the verdict")
+        v = c.verdicts[0]
+        self.assertEqual((v["cause"], v["contributing"], v["gpu"]), ("limit", ["growth"], "0"))
+        text = gpumem._verdict.paragraph(v)
+        self.assertIn("why CUDA ran out of memory on GPU 0 (GPU-%s): limit (also: growth)" % uuid_for(0), text)
+        self.assertNotIn("\x1b", text, "control characters from the daemon are not printed")
+        self.assertLess(len(text), 2200, "the daemon's text is bounded")
+        self.assertFalse(c.pending_verdicts())
+        # A second OOM gets an answer of unknown shape: printed as unknown.
+        t.observers[0](0, 1 << 20, 7 << 30, 139 << 30)
+        wait_until(lambda: len(c.verdicts) == 2, what="the second verdict")
+        self.assertEqual(c.verdicts[1]["cause"], "unknown")
+        self.assertEqual(c.verdicts[1]["summary"], "")
+
+    def test_a_verdict_nobody_asked_for_is_ignored(self):
+        d = self.daemon(welcome={"v": 1, "type": "welcome", "interval_ms": 50, "server": "test", "oom_verdict": True})
+        self.install_torch({0: {"stats": torch_stats(1)}})
+        c = self.client()
+        wait_until(lambda: d.messages("stats") and c._daemon_verdicts, what="stats and welcome")
+        c._handle({"v": 1, "type": "verdict", "cause": "limit", "summary": "spoofed"})
+        self.assertEqual(c.verdicts, [])
+
+    def test_a_dying_process_waits_for_its_verdict_within_a_bound(self):
+        slow = threading.Event()
+
+        def answer(m):
+            slow.wait(0.3)  # the daemon waits for a fresh NVML reading
+            return {"v": 1, "type": "verdict", "cause": "too_large", "summary": "The request alone is more than the GPU."}
+        d = self.daemon(welcome={"v": 1, "type": "welcome", "interval_ms": 50, "server": "test", "oom_verdict": True},
+                        verdict=answer)
+        t = self.install_torch({0: {"stats": torch_stats(1)}})
+        c = self.client(interval=30.0)
+        wait_until(lambda: d.messages("stats") and t.observers, what="stats and the observer")
+        t.observers[0](0, 200 << 30, 150109880320, 149 << 30)
+        self.assertTrue(c.pending_verdicts())
+        t0 = time.monotonic()
+        self.assertTrue(c.wait_for_verdicts(3.0), "the verdict came within the wait")
+        self.assertLess(time.monotonic() - t0, 2.5)
+        self.assertEqual(c.verdicts[0]["cause"], "too_large")
+        # An old daemon (no oom_verdict in its welcome) is not waited for.
+        c._daemon_verdicts = False
+        c._awaiting = 1
+        t0 = time.monotonic()
+        self.assertTrue(c.wait_for_verdicts(3.0))
+        self.assertLess(time.monotonic() - t0, 0.5)
+
+
+class VerdictTextTest(GpumemTestCase):
+    def test_show_writes_the_paragraph_and_survives_a_broken_stream(self):
+        import io
+        v = gpumem._verdict.parse({"type": "verdict", "cause": "neighbours", "gpu": "3",
+                                   "summary": "The GPU had 23.50 GiB free.", "remedy": "empty_cache() in pid 200."})
+        out = io.StringIO()
+        gpumem._verdict.show(v, out)
+        lines = out.getvalue().splitlines()
+        self.assertEqual(lines[0], "gpumem: why CUDA ran out of memory on GPU 3: neighbours")
+        self.assertEqual(lines[1], "gpumem:   The GPU had 23.50 GiB free.")
+        self.assertEqual(lines[2], "gpumem:   First: empty_cache() in pid 200.")
+        gpumem._verdict.show(v, object())  # no write(): never raises
+        self.assertIsNone(gpumem._verdict.parse({"type": "welcome"}))
+
+    def test_the_message_can_be_turned_off(self):
+        self.assertFalse(config.oom_message({"GPUMEM_OOM_MESSAGE": "0"}))
+        self.assertTrue(config.oom_message({}))
+        self.assertEqual(config.oom_wait({"GPUMEM_OOM_WAIT": "bogus"}), config.DEFAULT_OOM_WAIT)
+        self.assertEqual(config.oom_wait({"GPUMEM_OOM_WAIT": "1.5"}), 1.5)
 
 
 class ForkTest(GpumemTestCase):
