@@ -31,8 +31,8 @@ type Row struct {
 	// fields zero or absent), so that a scrape sees their last values and
 	// nothing counts memory it no longer holds.
 	Exited bool
-	// start is the exited process's start time, to match its remembered
-	// labels.
+	// start is the start time of the process whose allocator state the
+	// row holds (0 if unknown), to match its remembered labels.
 	start uint64
 }
 
@@ -57,7 +57,10 @@ type Lookup interface {
 // and labels each with the workload cache (lookup may be nil). Allocator
 // reports are kept when NVML does not list the pid. A report whose process
 // start time differs from the live process's is from an earlier holder of
-// the pid and is dropped. Rows are sorted by device UUID, then pid.
+// the pid and is dropped. A process that exited keeps its own row, apart
+// from a live process of the same pid (Sources.ReadAt settles which of
+// them a scrape shows). Rows are sorted by device UUID, then pid; rows of
+// one pid and device keep the order of procs.
 func Join(snap *nvmlpoll.Snapshot, procs []allocstats.Process, lookup Lookup) []Row {
 	type key struct {
 		pid  uint32
@@ -81,7 +84,12 @@ func Join(snap *nvmlpoll.Snapshot, procs []allocstats.Process, lookup Lookup) []
 	// Sized once: a scrape joins again each time, and growing these was
 	// most of the join's allocations.
 	allocs := make(map[key]allocRef, reports)
-	exited := make(map[key]allocRef)
+	type exitedRef struct {
+		key
+		allocRef
+		used bool
+	}
+	var exited []exitedRef // in the order of procs: the first to exit first
 	for i := range procs {
 		p := &procs[i]
 		for j := range p.Devices {
@@ -96,15 +104,16 @@ func Join(snap *nvmlpoll.Snapshot, procs []allocstats.Process, lookup Lookup) []
 			}
 			if p.Exited {
 				c := countersOnly(p.Devices[j])
-				exited[key{p.PID, uuid}] = allocRef{&c, p.Framework, p.StartTime}
+				exited = append(exited, exitedRef{key: key{p.PID, uuid}, allocRef: allocRef{&c, p.Framework, p.StartTime}})
 				continue
 			}
 			allocs[key{p.PID, uuid}] = allocRef{&p.Devices[j], p.Framework, p.StartTime}
 		}
 	}
-	for k := range exited {
-		if _, ok := allocs[k]; ok {
-			delete(exited, k) // a live process of the same pid: it wins
+	sameProcess := func(a, b uint64) bool { return a == 0 || b == 0 || a == b }
+	for i := range exited {
+		if a, ok := allocs[exited[i].key]; ok && sameProcess(a.start, exited[i].start) {
+			exited[i].used = true // the same process runs again (a fed one): it wins
 		}
 	}
 	infos := make(map[uint32]workload.Info, max(listed, len(procs)))
@@ -143,12 +152,19 @@ func Join(snap *nvmlpoll.Snapshot, procs []allocstats.Process, lookup Lookup) []
 				}
 				k := key{p.PID, d.UUID}
 				if a, ok := allocs[k]; ok && current(p.PID, a) {
-					r.Alloc, r.Framework = a.stats, a.framework
-				} else if a, ok := exited[k]; ok && r.Alloc == nil {
-					// NVML still lists a process that /proc says exited
-					// (its context is being torn down): one row.
-					r.Alloc, r.Framework, r.Exited, r.start = a.stats, a.framework, true, a.start
-					delete(exited, k)
+					r.Alloc, r.Framework, r.start = a.stats, a.framework, a.start
+				} else {
+					for i := range exited {
+						x := &exited[i]
+						if x.used || x.key != k || !sameProcess(r.Info.StartTime, x.start) {
+							continue
+						}
+						// NVML still lists a process that /proc says
+						// exited (its context is being torn down): one row.
+						r.Alloc, r.Framework, r.Exited, r.start = x.stats, x.framework, true, x.start
+						x.used = true
+						break
+					}
 				}
 				used[k] = true
 				rows = append(rows, r)
@@ -163,14 +179,15 @@ func Join(snap *nvmlpoll.Snapshot, procs []allocstats.Process, lookup Lookup) []
 		if !ok || !d.ExportsMemory() {
 			continue // the device is gone, or a MIG parent whose instances carry the memory
 		}
-		r := Row{GPU: d.GPULabel(), UUID: d.UUID, PID: k.pid, Alloc: a.stats, Framework: a.framework, Info: info(k.pid)}
+		r := Row{GPU: d.GPULabel(), UUID: d.UUID, PID: k.pid, Alloc: a.stats, Framework: a.framework, Info: info(k.pid), start: a.start}
 		r.Comm = r.Info.Comm
 		rows = append(rows, r)
 	}
-	for k, a := range exited {
-		if used[k] {
+	for _, x := range exited {
+		if x.used {
 			continue
 		}
+		k, a := x.key, x.allocRef
 		d, ok := snap.Device(k.uuid)
 		if !ok || !d.ExportsMemory() {
 			continue
@@ -187,7 +204,7 @@ func Join(snap *nvmlpoll.Snapshot, procs []allocstats.Process, lookup Lookup) []
 		r.Comm = r.Info.Comm
 		rows = append(rows, r)
 	}
-	slices.SortFunc(rows, func(a, b Row) int {
+	slices.SortStableFunc(rows, func(a, b Row) int {
 		if c := strings.Compare(a.UUID, b.UUID); c != 0 {
 			return c
 		}
@@ -268,7 +285,78 @@ func (s Sources) ReadAt(snap *nvmlpoll.Snapshot) View {
 	if s.Memory != nil {
 		v.Rows = s.Memory.apply(v.Rows)
 	}
+	v.Rows = oneProcessPerSlot(v.Rows)
 	return v
+}
+
+// oneProcessPerSlot settles the rows that share a pid and device: a
+// process that exited and lingers beside a live process given the same
+// pid, or two that exited. Their series would carry the same pid and
+// could carry the same labels, so the first of them to exit keeps the
+// slot's allocator series (its counters, last OOM and process_info) for
+// its linger, and a new holder of the pid can neither reset nor take them
+// over: the others' allocator state is held back until that linger ends.
+// A live process keeps its NVML series beside the lingering row, in the
+// same row when every label is the same. Rows are sorted as Join sorts
+// them.
+func oneProcessPerSlot(rows []Row) []Row {
+	shared := false
+	for i := 1; i < len(rows) && !shared; i++ {
+		shared = rows[i].PID == rows[i-1].PID && rows[i].UUID == rows[i-1].UUID
+	}
+	if !shared {
+		return rows
+	}
+	out := make([]Row, 0, len(rows))
+	for i := 0; i < len(rows); {
+		j := i + 1
+		for j < len(rows) && rows[j].PID == rows[i].PID && rows[j].UUID == rows[i].UUID {
+			j++
+		}
+		out = append(out, settleSlot(rows[i:j])...)
+		i = j
+	}
+	return out
+}
+
+// settleSlot is oneProcessPerSlot for the rows of one pid and device, in
+// the order Join gives them (exited ones in the order they exited).
+func settleSlot(slot []Row) []Row {
+	first := -1
+	for i := range slot {
+		if slot[i].Exited {
+			first = i
+			break
+		}
+	}
+	if len(slot) == 1 || first < 0 {
+		return slot
+	}
+	lingering := slot[first]
+	out := make([]Row, 0, 2)
+	for _, r := range slot {
+		if r.Exited {
+			continue
+		}
+		r.Alloc, r.start = nil, 0
+		switch {
+		case r.NVML == nil:
+		case lingering.NVML == nil && sameLabels(&r, &lingering):
+			lingering.NVML = r.NVML
+		default:
+			out = append(out, r)
+		}
+	}
+	return append(out, lingering)
+}
+
+// sameLabels reports whether two rows of one pid and device would carry
+// the same labels on every per-process series.
+func sameLabels(a, b *Row) bool {
+	x, y := a.Info, b.Info
+	return a.Comm == b.Comm && a.Framework == b.Framework && x.Namespace == y.Namespace && x.Pod == y.Pod &&
+		x.Container == y.Container && x.ContainerID == y.ContainerID && x.PodUID == y.PodUID &&
+		x.SlurmJobID == y.SlurmJobID && x.UID == y.UID
 }
 
 // settled drops, in place, the rows of pids lookup does not know. Rows of
