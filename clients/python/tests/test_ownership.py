@@ -105,6 +105,50 @@ class ResolveTest(GpumemTestCase):
             os.symlink(os.path.join(l.base, "tmp", "theirs"), os.path.join(l.base, "tmp", "gpumem-0"))
             return os.path.join(l.base, "tmp", "gpumem-0", "s.sock")
 
+        def link_of_another_user_to_their_home(l):
+            # $TMPDIR/gpumem-<uid> made, by another user, a link to their
+            # own home: a directory of theirs under a root-owned 0755
+            # parent, as /home/<user> is, which alone would pass for a
+            # directory root gave away.
+            l.dir("tmp", 0o1777)
+            l.dir("home", 0o755)
+            l.dir("home/them", 0o755, owner=OTHER)
+            l.socket("home/them/s.sock", owner=OTHER)
+            link = os.path.join(l.base, "tmp", "gpumem-0")
+            os.symlink(os.path.join(l.base, "home", "them"), link)
+            os.lchown(link, OTHER, -1)
+            return os.path.join(link, "s.sock")
+
+        def link_of_another_user_to_our_socket(l):
+            l.dir("tmp", 0o1777)
+            l.dir("own", 0o700)
+            target = l.socket("own/s.sock")[0]
+            link = os.path.join(l.base, "tmp", "s.sock")
+            os.symlink(target, link)
+            os.lchown(link, OTHER, -1)
+            return link
+
+        def through_another_users_directory(l):
+            l.dir("theirs", 0o755, owner=OTHER)
+            l.dir("theirs/own", 0o700)
+            return l.socket("theirs/own/s.sock")[0]
+
+        def through_a_world_writable_directory(l):
+            l.dir("shared", 0o777)
+            l.dir("shared/own", 0o700)
+            return l.socket("shared/own/s.sock")[0]
+
+        def own_dir_writable_by_all(l):
+            l.dir("own", 0o777)
+            return l.socket("own/s.sock")[0]
+
+        def relative_link_through_dotdot(l):
+            l.dir("own", 0o700)
+            l.dir("own/a", 0o700)
+            l.socket("own/s.sock")
+            os.symlink("../s.sock", os.path.join(l.base, "own", "a", "s.sock"))
+            return os.path.join(l.base, "own", "a", "s.sock")
+
         def not_a_socket(l):
             l.dir("own", 0o700)
             path = os.path.join(l.base, "own", "s.sock")
@@ -124,6 +168,16 @@ class ResolveTest(GpumemTestCase):
             ("a directory in a group-writable parent", True, dir_in_a_group_writable_parent, "belongs to uid 65534"),
             ("a link to another user's socket", True, link_to_a_socket_of_someone_else, "belongs to uid 65534"),
             ("a linked directory of another user", True, linked_directory_of_someone_else, "belongs to uid 65534"),
+            ("another user's link to their home", True, link_of_another_user_to_their_home,
+             "is a symbolic link of uid 65534"),
+            ("another user's link to our socket", True, link_of_another_user_to_our_socket,
+             "is a symbolic link of uid 65534"),
+            ("a path through another user's directory", True, through_another_users_directory,
+             "which belongs to uid 65534"),
+            ("a path through a world-writable directory", False, through_a_world_writable_directory,
+             "which other users can write to"),
+            ("a socket directory writable by all", False, own_dir_writable_by_all, "can be written to by other users"),
+            ("our relative link through ..", False, relative_link_through_dotdot, None),
         ]
 
     def test_resolve(self):
@@ -192,6 +246,32 @@ class ClientRefusesSquattersTest(GpumemTestCase):
                 self.assertEqual(len(refusals), 1, "the reason is logged once: %r" % refusals)
                 self.assertIn(path, refusals[0])
                 self.assertIn("belongs to uid 65534", refusals[0])
+
+    def test_a_link_to_another_users_directory_is_refused(self):
+        """$TMPDIR/gpumem-<uid> is the squatter's link to its own home, where
+        its daemon listens: the client must not follow it."""
+        if not ROOT:
+            self.skipTest("needs root to chown")
+        tmpdir = os.path.join(self.tmp, "shared-tmp")
+        l = Layout(self, self.tmp)
+        l.dir("shared-tmp", 0o1777)
+        l.dir("home", 0o755)
+        l.dir("home/squatter", 0o755, owner=OTHER)
+        _, squatter = l.socket("home/squatter/allocstats.sock", owner=OTHER)
+        link = os.path.join(tmpdir, "gpumem-%d" % os.getuid())
+        os.symlink(os.path.join(self.tmp, "home", "squatter"), link)
+        os.lchown(link, OTHER, -1)
+        os.environ.pop("GPUMEM_SOCKET", None)
+        os.environ["XDG_RUNTIME_DIR"] = self.host.xdg_runtime_dir
+        os.environ["TMPDIR"] = tmpdir
+        self.install_torch({0: {"stats": torch_stats(5 << 20)}})
+        with self.assertLogs("gpumem", logging.WARNING) as logs:
+            c = self.client(socket_path=None, backoff_initial=0.01, backoff_max=0.01)
+            wait_until(lambda: c.connect_attempts >= 5, what="five connection attempts")
+        c.stop(2.0)
+        self.assertEqual(squatter.conns, [], "the client followed the squatter's link %s" % link)
+        self.assertTrue(any("is a symbolic link of uid 65534" in r.getMessage() for r in logs.records),
+                        [r.getMessage() for r in logs.records])
 
     def test_a_trusted_candidate_after_a_refused_one_is_used(self):
         if not ROOT:
