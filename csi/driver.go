@@ -48,8 +48,11 @@ type Config struct {
 	Version    string // reported by GetPluginInfo
 	NodeID     string // reported by NodeGetInfo
 	PublishDir string // the host directory bind-mounted into each pod
-	Mounter    Mounter
-	Logger     log.Logger
+	// PodsDir is the kubelet's pods directory (/var/lib/kubelet/pods): the
+	// only place where the driver publishes or unpublishes.
+	PodsDir string
+	Mounter Mounter
+	Logger  log.Logger
 }
 
 // Driver implements the CSI Identity and Node services. It keeps no state
@@ -77,6 +80,9 @@ func NewDriver(cfg Config) (*Driver, error) {
 	if !filepath.IsAbs(cfg.PublishDir) {
 		return nil, fmt.Errorf("publish directory %q is not an absolute path", cfg.PublishDir)
 	}
+	if !filepath.IsAbs(cfg.PodsDir) {
+		return nil, fmt.Errorf("pods directory %q is not an absolute path", cfg.PodsDir)
+	}
 	if cfg.Mounter == nil {
 		return nil, errors.New("no mounter")
 	}
@@ -84,6 +90,7 @@ func NewDriver(cfg Config) (*Driver, error) {
 		cfg.Logger = log.NewNopLogger()
 	}
 	cfg.PublishDir = filepath.Clean(cfg.PublishDir)
+	cfg.PodsDir = filepath.Clean(cfg.PodsDir)
 	return &Driver{cfg: cfg}, nil
 }
 
@@ -118,13 +125,18 @@ func (d *Driver) NodeGetInfo(context.Context, *csipb.NodeGetInfoRequest) (*csipb
 }
 
 // NodePublishVolume bind-mounts the publish directory, read-only, at the
-// target path. Publishing the same target again succeeds and mounts
-// nothing more.
+// target path, which must lie below the kubelet's pods directory, reached
+// through real directories only (no symbolic link below the pods
+// directory). Publishing the same target again succeeds and mounts nothing
+// more.
 func (d *Driver) NodePublishVolume(_ context.Context, req *csipb.NodePublishVolumeRequest) (*csipb.NodePublishVolumeResponse, error) {
 	if err := validatePublish(req); err != nil {
 		return nil, err
 	}
-	target := filepath.Clean(req.GetTargetPath())
+	target, err := d.confine(req.GetTargetPath())
+	if err != nil {
+		return nil, err
+	}
 	logger := log.With(d.cfg.Logger, "volume_id", req.GetVolumeId(), "target", target, "pod", podOf(req.GetVolumeContext()))
 
 	d.mu.Lock()
@@ -133,8 +145,11 @@ func (d *Driver) NodePublishVolume(_ context.Context, req *csipb.NodePublishVolu
 	if _, err := os.Stat(d.cfg.PublishDir); err != nil {
 		return nil, status.Errorf(codes.FailedPrecondition, "publish directory: %v", err)
 	}
-	created, err := makeTargetDir(target)
+	created, err := makeTargetDir(d.cfg.PodsDir, target)
 	if err != nil {
+		if errors.Is(err, errLinkInTarget) {
+			return nil, status.Errorf(codes.InvalidArgument, "target %s: %v", target, err)
+		}
 		return nil, status.Errorf(codes.Internal, "creating target directory: %v", err)
 	}
 	st, err := d.cfg.Mounter.Check(target, d.cfg.PublishDir)
@@ -165,8 +180,10 @@ func (d *Driver) NodePublishVolume(_ context.Context, req *csipb.NodePublishVolu
 	return &csipb.NodePublishVolumeResponse{}, nil
 }
 
-// NodeUnpublishVolume unmounts the target path (every mount stacked there)
-// and removes the directory. Unpublishing a target that is gone succeeds.
+// NodeUnpublishVolume unmounts the target path (every bind of the publish
+// directory stacked there) and removes the directory. It unmounts nothing
+// else: a target that holds another mount is left as it is, and the call
+// fails. Unpublishing a target that is gone succeeds.
 func (d *Driver) NodeUnpublishVolume(_ context.Context, req *csipb.NodeUnpublishVolumeRequest) (*csipb.NodeUnpublishVolumeResponse, error) {
 	if req.GetVolumeId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume id is missing")
@@ -174,15 +191,24 @@ func (d *Driver) NodeUnpublishVolume(_ context.Context, req *csipb.NodeUnpublish
 	if req.GetTargetPath() == "" {
 		return nil, status.Error(codes.InvalidArgument, "target path is missing")
 	}
-	if !filepath.IsAbs(req.GetTargetPath()) {
-		return nil, status.Errorf(codes.InvalidArgument, "target path %q is not absolute", req.GetTargetPath())
+	target, err := d.confine(req.GetTargetPath())
+	if err != nil {
+		return nil, err
 	}
-	target := filepath.Clean(req.GetTargetPath())
 	logger := log.With(d.cfg.Logger, "volume_id", req.GetVolumeId(), "target", target)
 
 	d.mu.Lock()
 	defer d.mu.Unlock()
 
+	switch err := checkNoLinks(d.cfg.PodsDir, target); {
+	case errors.Is(err, os.ErrNotExist):
+		level.Info(logger).Log("msg", "unpublished (target gone)")
+		return &csipb.NodeUnpublishVolumeResponse{}, nil
+	case errors.Is(err, errLinkInTarget):
+		return nil, status.Errorf(codes.InvalidArgument, "target %s: %v", target, err)
+	case err != nil:
+		return nil, status.Errorf(codes.Internal, "checking target %s: %v", target, err)
+	}
 	for i := 0; ; i++ {
 		st, err := d.cfg.Mounter.Check(target, d.cfg.PublishDir)
 		if err != nil {
@@ -190,6 +216,9 @@ func (d *Driver) NodeUnpublishVolume(_ context.Context, req *csipb.NodeUnpublish
 		}
 		if !st.Mounted {
 			break
+		}
+		if !st.OfSource {
+			return nil, status.Errorf(codes.FailedPrecondition, "target %s holds a mount that is not a bind of the publish directory: left alone", target)
 		}
 		if i == maxStackedMounts {
 			return nil, status.Errorf(codes.Internal, "target %s is still mounted after %d unmounts", target, maxStackedMounts)
@@ -240,23 +269,82 @@ func validatePublish(req *csipb.NodePublishVolumeRequest) error {
 	return nil
 }
 
-// makeTargetDir creates the target directory (and its parents) and says
-// whether it did.
-func makeTargetDir(target string) (bool, error) {
-	fi, err := os.Stat(target)
-	if err == nil {
-		if !fi.IsDir() {
-			return false, fmt.Errorf("%s exists and is not a directory", target)
+// errLinkInTarget: a component of a target path below the pods directory
+// is a symbolic link (or not a directory), which could lead out of it.
+var errLinkInTarget = errors.New("the path below the pods directory holds a symbolic link or a non-directory")
+
+// confine checks that path, cleaned, lies below the pods directory: the
+// kubelet's targets are <pods>/<pod uid>/volumes/..., and a target such as
+// <pods>/../victim is refused.
+func (d *Driver) confine(path string) (string, error) {
+	if !filepath.IsAbs(path) {
+		return "", status.Errorf(codes.InvalidArgument, "target path %q is not absolute", path)
+	}
+	target := filepath.Clean(path)
+	if target == d.cfg.PodsDir || !pathWithin(target, d.cfg.PodsDir) {
+		return "", status.Errorf(codes.InvalidArgument, "target path %q is not below the kubelet's pods directory %s", path, d.cfg.PodsDir)
+	}
+	return target, nil
+}
+
+// walkBelow visits each component of target below pods (target must be
+// below it), in order, with its Lstat, without following any link:
+// visit gets the path and its Lstat error; it may create a missing
+// directory and return its own error to stop.
+func walkBelow(pods, target string, visit func(p string, fi os.FileInfo, err error) error) error {
+	rel, err := filepath.Rel(pods, target)
+	if err != nil {
+		return err
+	}
+	p := pods
+	for _, name := range strings.Split(rel, string(filepath.Separator)) {
+		p = filepath.Join(p, name)
+		fi, err := os.Lstat(p)
+		if err := visit(p, fi, err); err != nil {
+			return err
 		}
-		return false, nil
 	}
-	if !errors.Is(err, os.ErrNotExist) {
-		return false, err
-	}
-	if err := os.MkdirAll(target, 0o755); err != nil {
-		return false, err
-	}
-	return true, nil
+	return nil
+}
+
+// checkNoLinks fails with errLinkInTarget when a component of target below
+// pods is a symbolic link or not a directory, and with an error matching
+// os.ErrNotExist when one is missing.
+func checkNoLinks(pods, target string) error {
+	return walkBelow(pods, target, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		if !fi.IsDir() {
+			return fmt.Errorf("%w: %s is %s", errLinkInTarget, p, fi.Mode().Type())
+		}
+		return nil
+	})
+}
+
+// makeTargetDir creates the target directory (and its parents below pods)
+// without following a link, and says whether it created the target.
+func makeTargetDir(pods, target string) (bool, error) {
+	created := false
+	err := walkBelow(pods, target, func(p string, fi os.FileInfo, err error) error {
+		if errors.Is(err, os.ErrNotExist) {
+			if err := os.Mkdir(p, 0o750); err != nil {
+				return err
+			}
+			if fi, err = os.Lstat(p); err != nil {
+				return err
+			}
+			created = p == target
+		}
+		if err != nil {
+			return err
+		}
+		if !fi.IsDir() {
+			return fmt.Errorf("%w: %s is %s", errLinkInTarget, p, fi.Mode().Type())
+		}
+		return nil
+	})
+	return created, err
 }
 
 // podOf names the pod in a kubelet's volume context, for logs.

@@ -34,10 +34,12 @@ func newTestDriver(t *testing.T, mounter Mounter) (d *Driver, publishDir, target
 }
 
 // restartDriver returns a new Driver instance over the same mount table and
-// publish directory: what the node sees after the plugin restarted.
+// publish directory: what the node sees after the plugin restarted. Its
+// pods directory is publishDir's sibling "pods" (newTestDriver's targets).
 func restartDriver(t *testing.T, mounter Mounter, publishDir string) *Driver {
 	t.Helper()
-	d, err := NewDriver(Config{Name: DefaultDriverName, Version: "1.2.3", NodeID: "node-a", PublishDir: publishDir, Mounter: mounter})
+	pods := filepath.Join(filepath.Dir(publishDir), "pods")
+	d, err := NewDriver(Config{Name: DefaultDriverName, Version: "1.2.3", NodeID: "node-a", PublishDir: publishDir, PodsDir: pods, Mounter: mounter})
 	if err != nil {
 		t.Fatalf("NewDriver: %v", err)
 	}
@@ -90,7 +92,7 @@ func exists(t *testing.T, p string) bool {
 }
 
 func TestNewDriverRejectsBadConfig(t *testing.T) {
-	good := Config{Name: DefaultDriverName, Version: "1", NodeID: "n", PublishDir: "/run/gpumem", Mounter: newFakeMounter()}
+	good := Config{Name: DefaultDriverName, Version: "1", NodeID: "n", PublishDir: "/run/gpumem", PodsDir: "/var/lib/kubelet/pods", Mounter: newFakeMounter()}
 	tests := []struct {
 		name   string
 		change func(*Config)

@@ -1,6 +1,7 @@
 package csi
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -8,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // ClientsDir is the publish directory's subdirectory holding the Python
@@ -17,6 +19,17 @@ const ClientsDir = "python"
 // tempClientsPrefix names the directories InstallClients builds before the
 // rename; leftovers of an interrupted run are removed at the next.
 const tempClientsPrefix = ".python-"
+
+// SocketDir is the publish directory's subdirectory where the exporter
+// creates its socket: the only part of the publish directory that is not
+// root's. The exporter container mounts it (and nothing else of the
+// publish directory) where it creates allocstats.sock.
+const SocketDir = "socket"
+
+// SocketName is the exporter's socket in SocketDir. The publish directory
+// holds a root-owned link of that name to it, so that pods find the socket
+// at <mount>/allocstats.sock.
+const SocketName = "allocstats.sock"
 
 // ParseOwner parses "uid:gid". An empty string means "leave ownership
 // alone" and returns ok false.
@@ -39,24 +52,96 @@ func ParseOwner(s string) (uid, gid int, ok bool, err error) {
 	return uid, gid, true, nil
 }
 
-// PreparePublishDir creates dir if missing and sets its mode to 0755 and,
-// when owner is not empty, its owner ("uid:gid"), so that the exporter
-// container, running as that user, can create its socket there.
+// PreparePublishDir makes dir what every pod imports from and no one but
+// root may change: a real directory owned by root, mode 0755, holding the
+// socket directory SocketDir (given to owner, "uid:gid", when owner is not
+// empty, so that the exporter container, running as that user, can create
+// its socket there) and a root-owned link SocketName to the socket in it.
+// Anything else in dir that is not root's (left by an exporter that owned
+// the directory before) is removed; so is a SocketDir that is not a real
+// directory. Without root (tests) ownership is left as it is.
 func PreparePublishDir(dir, owner string) error {
 	uid, gid, chown, err := ParseOwner(owner)
 	if err != nil {
 		return err
 	}
+	root := os.Geteuid() == 0
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("creating publish directory: %w", err)
 	}
-	if chown {
-		if err := os.Chown(dir, uid, gid); err != nil {
-			return fmt.Errorf("setting the publish directory's owner: %w", err)
+	if fi, err := os.Lstat(dir); err != nil {
+		return fmt.Errorf("publish directory: %w", err)
+	} else if !fi.IsDir() {
+		return fmt.Errorf("publish directory %s is %s, not a directory", dir, fi.Mode().Type())
+	}
+	if root {
+		if err := os.Lchown(dir, 0, 0); err != nil {
+			return fmt.Errorf("giving the publish directory to root: %w", err)
 		}
 	}
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return fmt.Errorf("setting the publish directory's mode: %w", err)
+	}
+	if err := removeForeign(dir, root); err != nil {
+		return err
+	}
+	sock := filepath.Join(dir, SocketDir)
+	if err := os.Mkdir(sock, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("creating the socket directory: %w", err)
+	}
+	if chown {
+		if err := os.Lchown(sock, uid, gid); err != nil {
+			return fmt.Errorf("setting the socket directory's owner: %w", err)
+		}
+	}
+	if err := os.Chmod(sock, 0o755); err != nil {
+		return fmt.Errorf("setting the socket directory's mode: %w", err)
+	}
+	return linkSocket(dir)
+}
+
+// removeForeign removes from the publish directory what is not root's
+// (when running as root) and a SocketDir that is not a real directory.
+func removeForeign(dir string, root bool) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("reading the publish directory: %w", err)
+	}
+	for _, e := range entries {
+		p := filepath.Join(dir, e.Name())
+		fi, err := os.Lstat(p)
+		if err != nil {
+			return fmt.Errorf("publish directory: %w", err)
+		}
+		st, _ := fi.Sys().(*syscall.Stat_t)
+		keep := e.Name() == SocketDir && fi.IsDir() ||
+			e.Name() != SocketDir && (!root || st == nil || st.Uid == 0)
+		if keep {
+			continue
+		}
+		if err := os.RemoveAll(p); err != nil {
+			return fmt.Errorf("removing %s, which is not root's, from the publish directory: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// linkSocket makes <dir>/SocketName a link to SocketDir/SocketName,
+// replacing whatever stands there in one rename.
+func linkSocket(dir string) error {
+	want := filepath.Join(SocketDir, SocketName)
+	p := filepath.Join(dir, SocketName)
+	if got, err := os.Readlink(p); err == nil && got == want {
+		return nil
+	}
+	tmp := p + ".new"
+	_ = os.Remove(tmp)
+	if err := os.Symlink(want, tmp); err != nil {
+		return fmt.Errorf("linking the socket: %w", err)
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("linking the socket: %w", err)
 	}
 	return nil
 }

@@ -50,26 +50,96 @@ func TestPreparePublishDir(t *testing.T) {
 		if err := PreparePublishDir(dir, owner); err != nil {
 			t.Fatalf("PreparePublishDir(%q): %v", owner, err)
 		}
-		fi, err := os.Stat(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
+		fi := mustLstat(t, dir)
 		if fi.Mode().Perm() != 0o755 || !fi.IsDir() {
 			t.Fatalf("publish dir mode %v, want a 0755 directory", fi.Mode())
+		}
+		if uid := ownerOf(fi); uid != uint32(os.Getuid()) {
+			t.Fatalf("publish dir owned by uid %d, want root's (the plugin's, %d)", uid, os.Getuid())
+		}
+		sock := mustLstat(t, filepath.Join(dir, SocketDir))
+		if sock.Mode().Perm() != 0o755 || !sock.IsDir() {
+			t.Fatalf("socket dir mode %v, want a 0755 directory", sock.Mode())
+		}
+		if link, err := os.Readlink(filepath.Join(dir, SocketName)); err != nil || link != filepath.Join(SocketDir, SocketName) {
+			t.Fatalf("%s links to %q (%v), want %s/%s", SocketName, link, err, SocketDir, SocketName)
 		}
 		if owner == "" {
 			continue
 		}
 		uid, gid, _, _ := ParseOwner(owner)
-		st := fi.Sys().(*syscall.Stat_t)
+		st := sock.Sys().(*syscall.Stat_t)
 		if int(st.Uid) != uid || int(st.Gid) != gid {
-			t.Fatalf("publish dir owned by %d:%d, want %s", st.Uid, st.Gid, owner)
+			t.Fatalf("socket dir owned by %d:%d, want %s", st.Uid, st.Gid, owner)
 		}
 	}
 	if err := PreparePublishDir(dir, "nobody"); err == nil {
 		t.Fatal("PreparePublishDir accepted owner \"nobody\"")
 	}
 }
+
+// A publish directory that the exporter's uid owned (as every install did
+// before the directory became root's) is taken back: what that uid left
+// there goes, a link it planted where the socket directory goes is
+// replaced, not followed, and the socket is reached through root's link.
+func TestPreparePublishDirTakesTheDirectoryBackFromTheExporter(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to chown")
+	}
+	const exporter = 65532
+	base := t.TempDir()
+	dir := filepath.Join(base, "gpumem")
+	victim := filepath.Join(base, "victim")
+	for _, p := range []string{dir, victim} {
+		mustMkdir(t, p)
+	}
+	for name, kind := range map[string]string{"allocstats.sock": "file", "sitecustomize.py": "file", SocketDir: "link"} {
+		p := filepath.Join(dir, name)
+		if kind == "link" {
+			if err := os.Symlink(victim, p); err != nil {
+				t.Fatal(err)
+			}
+		} else if err := os.WriteFile(p, []byte("import evil\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Lchown(p, exporter, exporter); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chown(dir, exporter, exporter); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := PreparePublishDir(dir, "65532:65532"); err != nil {
+		t.Fatal(err)
+	}
+	if uid := ownerOf(mustLstat(t, dir)); uid != 0 {
+		t.Errorf("publish dir owned by uid %d, want root", uid)
+	}
+	if exists(t, filepath.Join(dir, "sitecustomize.py")) {
+		t.Error("a file the exporter's uid left in the publish directory is still there")
+	}
+	if fi := mustLstat(t, filepath.Join(dir, SocketDir)); !fi.IsDir() || ownerOf(fi) != exporter {
+		t.Errorf("socket dir %v owned by %d, want a real directory of uid %d", fi.Mode(), ownerOf(fi), exporter)
+	}
+	if uid := ownerOf(mustLstat(t, victim)); uid != 0 {
+		t.Errorf("the planted link's target was given to uid %d", uid)
+	}
+	if fi := mustLstat(t, filepath.Join(dir, SocketName)); fi.Mode()&os.ModeSymlink == 0 || ownerOf(fi) != 0 {
+		t.Errorf("%s is %v of uid %d, want root's link", SocketName, fi.Mode(), ownerOf(fi))
+	}
+}
+
+func mustLstat(t *testing.T, p string) os.FileInfo {
+	t.Helper()
+	fi, err := os.Lstat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi
+}
+
+func ownerOf(fi os.FileInfo) uint32 { return fi.Sys().(*syscall.Stat_t).Uid }
 
 // writeClient makes a client tree like the image's /opt/gpumem/clients, its
 // files saying version.

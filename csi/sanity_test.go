@@ -51,7 +51,7 @@ func TestSanity(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(publishDir, "marker"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	d, err := NewDriver(Config{Name: DefaultDriverName, Version: "0.0.0-test", NodeID: "sanity-node", PublishDir: publishDir, Mounter: mounter})
+	d, err := NewDriver(Config{Name: DefaultDriverName, Version: "0.0.0-test", NodeID: "sanity-node", PublishDir: publishDir, PodsDir: dir, Mounter: mounter})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,6 +35,7 @@ type options struct {
 	driverName    string
 	nodeID        string
 	publishDir    string
+	podsDir       string
 	clientDir     string
 	owner         string
 	healthAddress string
@@ -48,9 +49,10 @@ func parseFlags(args []string) (*options, error) {
 	app.Flag("csi.endpoint", "CSI endpoint to serve (a Unix socket), where node-driver-registrar and the kubelet find the plugin.").Default(csi.DefaultEndpoint).StringVar(&o.endpoint)
 	app.Flag("csi.driver-name", "CSI driver name; the CSIDriver object and the pods' csi: volumes use the same.").Default(csi.DefaultDriverName).StringVar(&o.driverName)
 	app.Flag("csi.node-id", "This node's id, reported by NodeGetInfo (the Kubernetes node name).").Envar("NODE_NAME").Required().StringVar(&o.nodeID)
-	app.Flag("csi.publish-dir", "Host directory bind-mounted read-only into each pod; the exporter creates its socket allocstats.sock there.").Default("/run/gpumem").StringVar(&o.publishDir)
+	app.Flag("csi.publish-dir", "Host directory bind-mounted read-only into each pod, root's: the Python client, the socket directory "+csi.SocketDir+"/ where the exporter creates "+csi.SocketName+", and a link "+csi.SocketName+" to it.").Default("/run/gpumem").StringVar(&o.publishDir)
+	app.Flag("csi.pods-dir", "The kubelet's pods directory (<kubelet root-dir>/pods): volumes are published and unpublished only below it.").Default("/var/lib/kubelet/pods").StringVar(&o.podsDir)
 	app.Flag("csi.client-dir", "Directory holding the Python client (gpumem/ and autostart/), copied at startup to <publish-dir>/"+csi.ClientsDir+"/; empty: copy nothing.").Default("/opt/gpumem/clients").StringVar(&o.clientDir)
-	app.Flag("csi.publish-dir-owner", "uid:gid given to the publish directory at startup, so that the exporter container can run as that user; empty: leave ownership alone.").Default("65532:65532").StringVar(&o.owner)
+	app.Flag("csi.publish-dir-owner", "uid:gid given at startup to the socket directory <publish-dir>/"+csi.SocketDir+" (the rest of the publish directory is root's), so that the exporter container can run as that user; empty: leave it root's.").Default("65532:65532").StringVar(&o.owner)
 	app.Flag("csi.health-address", "Address of the plain-HTTP liveness endpoint /-/healthy.").Default(":9810").StringVar(&o.healthAddress)
 	app.Flag("log.level", "Only log messages with the given severity or above: debug, info, warn, error.").Default("info").EnumVar(&o.logLevel, "debug", "info", "warn", "error")
 	app.Flag("log.format", "Output format of log messages: logfmt, json.").Default("logfmt").EnumVar(&o.logFormat, "logfmt", "json")
@@ -136,6 +138,7 @@ func start(o *options, mounter csi.Mounter, logger log.Logger) (*plugin, error) 
 		Version:    version.Version,
 		NodeID:     o.nodeID,
 		PublishDir: o.publishDir,
+		PodsDir:    o.podsDir,
 		Mounter:    mounter,
 		Logger:     log.With(logger, "component", "csi"),
 	})

@@ -31,6 +31,7 @@ func TestParseFlagsDefaults(t *testing.T) {
 		driverName:    "csi.gpumem.io",
 		nodeID:        "gpu-node-7",
 		publishDir:    "/run/gpumem",
+		podsDir:       "/var/lib/kubelet/pods",
 		clientDir:     "/opt/gpumem/clients",
 		owner:         "65532:65532",
 		healthAddress: ":9810",
@@ -103,6 +104,7 @@ func testOptions(t *testing.T, version string) *options {
 		driverName:    csi.DefaultDriverName,
 		nodeID:        "node-1",
 		publishDir:    filepath.Join(dir, "run", "gpumem"),
+		podsDir:       filepath.Join(dir, "pods"),
 		clientDir:     clientDir,
 		owner:         "",
 		healthAddress: "127.0.0.1:0",
@@ -282,7 +284,10 @@ func TestRestartWithPodsRunning(t *testing.T) {
 		t.Skipf("real bind mounts are not possible here (%v): skipped; csi's fake-mounter tests cover restarts", err)
 	}
 	o := testOptions(t, "1")
-	pods := t.TempDir()
+	pods := o.podsDir
+	if err := os.Mkdir(pods, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	oldPod, newPod := filepath.Join(pods, "old", "mount"), filepath.Join(pods, "new", "mount")
 	t.Cleanup(func() {
 		for _, p := range []string{oldPod, newPod} {

@@ -93,11 +93,12 @@ func ExporterArgs() []string {
 }
 
 // CSIArgs are the flags the contract passes to gpumem-csi.
-func CSIArgs(driver string) []string {
+func CSIArgs(driver, podsDir string) []string {
 	return []string{
 		"--csi.endpoint=unix:///csi/csi.sock",
 		"--csi.driver-name=" + driver,
 		"--csi.publish-dir=" + SocketDir,
+		"--csi.pods-dir=" + podsDir,
 		"--csi.client-dir=/opt/gpumem/clients",
 		"--csi.publish-dir-owner=65532:65532",
 		"--csi.health-address=:9810",
@@ -421,8 +422,14 @@ func checkExporter(t testing.TB, ds *appsv1.DaemonSet, want DaemonSetWant) strin
 		t.Errorf("the exporter mounts %d volumes, want only the socket directory", len(c.VolumeMounts))
 	}
 	mnt, vol := MountAt(t, spec, c, SocketDir)
-	if mnt.ReadOnly || mnt.SubPath != "" {
-		t.Errorf("mount the socket directory whole and read-write (the exporter creates the socket), got %+v", mnt)
+	// With CSI, the exporter mounts only the publish directory's socket
+	// directory: the rest (the client every pod imports) is root's.
+	wantSub := ""
+	if want.CSI {
+		wantSub = "socket"
+	}
+	if mnt.ReadOnly || mnt.SubPath != wantSub {
+		t.Errorf("mount the socket directory read-write (the exporter creates the socket) with subPath %q, got %+v", wantSub, mnt)
 	}
 	checkHostPath(t, "the socket directory", vol, SocketDir, corev1.HostPathDirectoryOrCreate)
 	return vol.Name
@@ -466,7 +473,7 @@ func checkCSIContainers(t testing.TB, ds *appsv1.DaemonSet, want DaemonSetWant, 
 	if !slices.Equal(csi.Command, []string{"/usr/local/bin/gpumem-csi"}) {
 		t.Errorf("%s command %q, want /usr/local/bin/gpumem-csi", CSIContainer, csi.Command)
 	}
-	if wantArgs := CSIArgs(want.driver()); !slices.Equal(csi.Args, wantArgs) {
+	if wantArgs := CSIArgs(want.driver(), path.Join(want.kubeletDir(), "pods")); !slices.Equal(csi.Args, wantArgs) {
 		t.Errorf("%s args %q, want %q", CSIContainer, csi.Args, wantArgs)
 	}
 	checkNodeName(t, csi)
