@@ -6,6 +6,7 @@ import (
 
 	"github.com/gpumem/gpumem_exporter/allocstats"
 	"github.com/gpumem/gpumem_exporter/attribution"
+	"github.com/gpumem/gpumem_exporter/diagnosis"
 	"github.com/gpumem/gpumem_exporter/nvmlpoll"
 	"github.com/gpumem/gpumem_exporter/oom"
 	"github.com/gpumem/gpumem_exporter/workload"
@@ -95,6 +96,9 @@ func richReport(at time.Time, gpu, reporter int, requested uint64) oom.Report {
 		NVMLTime: ptr(at.Add(400 * time.Millisecond)), NVMLDelaySeconds: ptr(0.4),
 		DeviceMemory: &oom.DeviceMemory{TotalBytes: h200Total, UsedBytes: h200Total - 872*MiB, FreeBytes: 300 * MiB, ReservedBytes: ptr(uint64(572 * MiB))},
 		Totals:       oom.Totals{UnattributedBytes: ptr(uint64(700 * MiB))},
+		Verdict: diagnosis.Verdict{Cause: diagnosis.Neighbours, Contributing: []diagnosis.Cause{diagnosis.Contexts},
+			Summary: "The GPU had 300.00 MiB free, 616.00 MiB short of the request of 916.00 MiB; 8 other processes held 120.00 GiB: pid 200000 (python3) in pod " + longNamespace + "/" + longPod(gpu, 0) + " container " + longContainer + " 27.00 GiB (context 1.00 GiB, active 13.50 GiB, inactive 12.50 GiB).",
+			Remedy:  "Other processes hold the GPU: torch.cuda.empty_cache() in pid 200000 (python3) would give back up to 12.50 GiB of inactive cache; or run this job where the GPU has room."},
 	}
 	for i := 0; i < holders; i++ {
 		used := uint64(holders-i) * 3 * GiB

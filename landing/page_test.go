@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumem/gpumem_exporter/diagnosis"
 	"github.com/gpumem/gpumem_exporter/oom"
 )
 
@@ -159,6 +160,9 @@ func TestOOMReportShowsWhatHappened(t *testing.T) {
 			{PID: 5151, Comm: "vllm", Namespace: "serve", Pod: "llm-0", NVMLListed: true, UsedBytes: ptr(uint64(25 * GiB))},
 			{PID: 6161, Comm: "jax", ReservedBytes: ptr(uint64(3 * GiB))},
 		},
+		Verdict: diagnosis.Verdict{Cause: diagnosis.Neighbours, Contributing: []diagnosis.Cause{diagnosis.Growth, diagnosis.Contexts},
+			Summary: "The GPU had 512.00 MiB free, 404.00 MiB short of the request of 916.00 MiB.",
+			Remedy:  "Other processes hold the GPU."},
 	}
 	cfg := Config{Reports: fakeReports{rep}, Now: func() time.Time { return now }}
 	arts := articles(render(t, cfg))
@@ -169,6 +173,8 @@ func TestOOMReportShowsWhatHappened(t *testing.T) {
 	for _, want := range []string{
 		"GPU 3 · 2025-06-15 13:48:00 UTC · 12 min ago",
 		"pid 4242 python3 (ml/train-0/trainer) on " + uuid(3) + " tried to allocate 916.00 MiB.",
+		// One sentence that says why, above the figures.
+		"Why: neighbours (also: growth, contexts). The GPU had 512.00 MiB free, 404.00 MiB short of the request of 916.00 MiB. First: Other processes hold the GPU. requested 916.00 MiB",
 		"requested 916.00 MiB",
 		"limit 80.00 GiB",
 		"free 512.00 MiB",
