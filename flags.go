@@ -37,6 +37,7 @@ type options struct {
 	simSeed                int64
 	procPath               string
 	kubeconfig, nodeName   string
+	oomEvents              bool
 	socket                 string
 	socketExplicit         bool
 	socketMode             octalMode
@@ -85,6 +86,7 @@ func parseFlags(app *kingpin.Application, args []string) (*options, error) {
 	app.Flag("path.procfs", "procfs mountpoint (the host's /proc; run in the host PID namespace).").Default("/proc").StringVar(&o.procPath)
 	app.Flag("kubernetes.kubeconfig", "Kubeconfig for pod attribution; empty: in-cluster config when running in a pod, none otherwise.").Default("").StringVar(&o.kubeconfig)
 	app.Flag("kubernetes.node-name", "This node's name, to watch only its pods.").Envar("NODE_NAME").Default("").StringVar(&o.nodeName)
+	app.Flag("kubernetes.oom-events", "Record a Kubernetes Event (type Warning, reason GPUOutOfMemory) with the verdict on the pod of each out-of-memory report, aggregated and rate-limited as the kubelet's; needs create and patch on events. Only where pod attribution runs (in a pod, or with --kubernetes.kubeconfig). --no-kubernetes.oom-events turns it off.").Default("true").BoolVar(&o.oomEvents)
 	app.Flag("allocstats.socket", "Unix socket where instrumented processes push allocator stats. When the default directory cannot be created, $XDG_RUNTIME_DIR/gpumem/ or a temporary directory is used; a path given here must be usable.").
 		Default(allocstats.DefaultSocketPath).IsSetByUser(&o.socketExplicit).StringVar(&o.socket)
 	app.Flag("allocstats.socket-mode", "File mode of the socket, in octal. World-writable by default: identity comes from the kernel.").Default(fmt.Sprintf("%#o", allocstats.DefaultSocketMode)).SetValue(&octalFlag{"allocstats.socket-mode", &o.socketMode})

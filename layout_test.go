@@ -27,6 +27,7 @@ func TestPackagesFollowTheDataFlow(t *testing.T) {
 		"simulate": 2, "simulate/scenario": 0,
 		"attribution": 3,
 		"collector":   4, "oom": 4, "landing": 5,
+		"workload/podevents": 5, // an output (Events on pods), beside the pod watch's client
 	}
 	sources := map[string]bool{"nvmlpoll": true, "allocstats": true, "workload": true, "workload/pods": true}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {

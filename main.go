@@ -217,6 +217,11 @@ func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, er
 		closeHealth()
 		return nil, err
 	}
+	oomEvents, err := startOOMEvents(ctx, o, podWatch != nil, log.With(logger, "component", "kubernetes"))
+	if err != nil {
+		closeHealth()
+		return nil, err
+	}
 	var podLookup workload.PodLookup
 	var podHealth prometheus.Collector
 	if podWatch != nil {
@@ -366,7 +371,7 @@ func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, er
 		healthListener: healthListener,
 		wait:           func() { <-done; <-done; <-done },
 		// After wait: the poller, the resolver's only caller, has stopped.
-		close: func() { closeHealth(); resolver.Close() },
+		close: func() { closeHealth(); resolver.Close(); oomEvents.Stop() },
 	}, nil
 }
 

@@ -46,6 +46,8 @@ func TestAPIServer(t *testing.T) {
 		c.applyAll(t, kustomized)
 		if !t.Failed() {
 			checkServiceAccount(t, c, kustomized)
+			ns, name := serviceAccount(t, kustomized)
+			t.Run("an OOM Event on a pod, as the exporter", func(t *testing.T) { testOOMEvent(t, c, "system:serviceaccount:"+ns+":"+name) })
 		}
 	})
 	// The component an overlay adds for large fleets: its PrometheusRule.
@@ -342,8 +344,8 @@ func (a access) String() string {
 }
 
 // checkServiceAccount checks, through the API server's authorizer, that the
-// exporter's ServiceAccount may list and watch pods in every namespace, and
-// nothing more than any ServiceAccount may.
+// exporter's ServiceAccount may list and watch pods and create and patch
+// events in every namespace, and nothing more than any ServiceAccount may.
 func checkServiceAccount(t *testing.T, c *cluster, docs []document) {
 	t.Helper()
 	ns, name := serviceAccount(t, docs)
@@ -357,6 +359,9 @@ func checkServiceAccount(t *testing.T, c *cluster, docs []document) {
 		{verb: "watch", resource: "pods"},
 		{verb: "list", resource: "pods", namespace: "jobs-restricted"},
 		{verb: "watch", resource: "pods", namespace: "kube-system"},
+		// The Event on a pod of an OOM, and its count on a repeat.
+		{verb: "create", resource: "events", namespace: "jobs-restricted"},
+		{verb: "patch", resource: "events", namespace: "jobs-restricted"},
 	}
 	denied := []access{
 		// No get: RBAC does not enforce the informer's field selector.
@@ -378,7 +383,13 @@ func checkServiceAccount(t *testing.T, c *cluster, docs []document) {
 		{verb: "get", resource: "nodes", subresource: "proxy"},
 		{verb: "list", resource: "services"},
 		{verb: "list", resource: "endpointslices", group: "discovery.k8s.io"},
-		{verb: "create", resource: "events", namespace: ns},
+		{verb: "get", resource: "events", namespace: "jobs-restricted"},
+		{verb: "list", resource: "events"},
+		{verb: "watch", resource: "events", namespace: "jobs-restricted"},
+		{verb: "update", resource: "events", namespace: "jobs-restricted"},
+		{verb: "delete", resource: "events", namespace: "jobs-restricted"},
+		{verb: "deletecollection", resource: "events", namespace: "jobs-restricted"},
+		{verb: "create", resource: "events", group: "events.k8s.io", namespace: "jobs-restricted"},
 		{verb: "create", resource: "serviceaccounts", subresource: "token", namespace: ns},
 		{verb: "list", resource: "daemonsets", group: "apps"},
 		{verb: "impersonate", resource: "users"},
@@ -417,7 +428,7 @@ func checkServiceAccount(t *testing.T, c *cluster, docs []document) {
 	other := impersonate(t, c, "system:serviceaccount:"+ns+":gpumem-test-other")
 	for _, where := range []string{ns, "jobs-restricted"} {
 		extra := difference(rules(ctx, t, exporter, where), rules(ctx, t, other, where))
-		want := []string{"list pods", "watch pods"}
+		want := []string{"create events", "list pods", "patch events", "watch pods"}
 		if strings.Join(extra, ", ") != strings.Join(want, ", ") {
 			t.Errorf("SelfSubjectRulesReview in %s: %s may %q beyond what every ServiceAccount may; want %q", where, user, extra, want)
 		}

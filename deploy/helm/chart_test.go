@@ -208,11 +208,14 @@ func renderCases() []renderCase {
 	}
 	noCSI := defaults
 	noCSI.CSI = false
+	eventsOff := defaults
+	eventsOff.ExtraArgs = []string{manifestcheck.NoOOMEventsFlag}
 	return []renderCase{
 		{values: "", release: releaseName, ns: namespace, ds: defaults, monitoring: true, dashboardNS: namespace},
 		{values: "csi-off.yaml", release: releaseName, ns: namespace, ds: noCSI, monitoring: true, dashboardNS: namespace},
 		{values: "no-monitoring.yaml", release: releaseName, ns: namespace, ds: defaults},
 		{values: "fleet.yaml", release: releaseName, ns: namespace, ds: defaults, monitoring: true, fleet: true, dashboardNS: namespace},
+		{values: "events-off.yaml", release: releaseName, ns: namespace, ds: eventsOff, monitoring: true, dashboardNS: namespace},
 		{
 			// The documented default peer: Prometheus pods in any namespace.
 			values: "networkpolicy-default.yaml", release: releaseName, ns: namespace, ds: defaults, monitoring: true, dashboardNS: namespace,
@@ -419,6 +422,7 @@ func TestValuesSchemaRejectsMistakes(t *testing.T) {
 		"relative hostPath": {"socketHostPath": "run/gpumem"},
 		"bare extra arg":    {"exporter": map[string]any{"extraArgs": []any{"log.level=debug"}}},
 		"pull policy":       {"image": map[string]any{"repository": "x", "pullPolicy": "Sometimes"}},
+		"events not a bool": {"kubernetesEvents": map[string]any{"oom": "off"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := chartutil.ToRenderValues(chrt, vals, chartutil.ReleaseOptions{Name: releaseName, Namespace: namespace, IsInstall: true}, chartutil.DefaultCapabilities)

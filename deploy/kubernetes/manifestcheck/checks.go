@@ -34,22 +34,44 @@ func Selects(selector, labels map[string]string) bool {
 	return true
 }
 
+// NoOOMEventsFlag is the exporter flag that turns off the Events on pods.
+const NoOOMEventsFlag = "--no-kubernetes.oom-events"
+
+// OOMEvents reports whether the DaemonSet's exporter records Events on
+// pods (--kubernetes.oom-events is on by default).
+func OOMEvents(ds *appsv1.DaemonSet) bool {
+	c := container(ds.Spec.Template.Spec.Containers, ExporterContainer)
+	return c == nil || !slices.Contains(c.Args, NoOOMEventsFlag)
+}
+
 // CheckRBAC checks that the ClusterRole grants exactly list and watch on
-// pods, and that its binding gives it to the DaemonSet's service account.
+// pods, and create and patch on events where the exporter records Events
+// on pods (and nothing on events where it does not), and that its binding
+// gives it to the DaemonSet's service account.
 func CheckRBAC(t testing.TB, role *rbacv1.ClusterRole, binding *rbacv1.ClusterRoleBinding, sa *corev1.ServiceAccount, ds *appsv1.DaemonSet) {
 	t.Helper()
 	if role.AggregationRule != nil {
 		t.Error("the ClusterRole must not aggregate other roles")
 	}
-	if len(role.Rules) != 1 {
-		t.Fatalf("the ClusterRole has %d rules, want 1 (pods only)", len(role.Rules))
+	type rule struct {
+		resource, why string
+		verbs         []string
 	}
-	r := role.Rules[0]
-	verbs := slices.Clone(r.Verbs)
-	sort.Strings(verbs)
-	if !slices.Equal(r.APIGroups, []string{""}) || !slices.Equal(r.Resources, []string{"pods"}) ||
-		!slices.Equal(verbs, []string{"list", "watch"}) || len(r.ResourceNames) != 0 || len(r.NonResourceURLs) != 0 {
-		t.Errorf("ClusterRole rule %+v, want exactly list and watch on core pods (no get: the informer does not need it)", r)
+	wants := []rule{{"pods", "list and watch on core pods (no get: the informer does not need it)", []string{"list", "watch"}}}
+	if OOMEvents(ds) {
+		wants = append(wants, rule{"events", "create and patch on core events (the OOM Event on a pod, and its count)", []string{"create", "patch"}})
+	}
+	if len(role.Rules) != len(wants) {
+		t.Fatalf("the ClusterRole has %d rules, want %d (pods; events unless %s)", len(role.Rules), len(wants), NoOOMEventsFlag)
+	}
+	for i, w := range wants {
+		r := role.Rules[i]
+		verbs := slices.Clone(r.Verbs)
+		sort.Strings(verbs)
+		if !slices.Equal(r.APIGroups, []string{""}) || !slices.Equal(r.Resources, []string{w.resource}) ||
+			!slices.Equal(verbs, w.verbs) || len(r.ResourceNames) != 0 || len(r.NonResourceURLs) != 0 {
+			t.Errorf("ClusterRole rule %+v, want exactly %s", r, w.why)
+		}
 	}
 	if binding.RoleRef.APIGroup != rbacv1.GroupName || binding.RoleRef.Kind != "ClusterRole" || binding.RoleRef.Name != role.Name {
 		t.Errorf("ClusterRoleBinding roleRef %+v, want ClusterRole %s", binding.RoleRef, role.Name)
