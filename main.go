@@ -32,12 +32,12 @@ import (
 	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
 	"github.com/prometheus/common/version"
 	"github.com/prometheus/exporter-toolkit/web"
-	"golang.org/x/net/netutil"
 
 	"github.com/gpumem/gpumem_exporter/allocstats"
 	"github.com/gpumem/gpumem_exporter/attribution"
 	"github.com/gpumem/gpumem_exporter/collector"
 	"github.com/gpumem/gpumem_exporter/exposition"
+	"github.com/gpumem/gpumem_exporter/internal/connshed"
 	"github.com/gpumem/gpumem_exporter/internal/memtrim"
 	"github.com/gpumem/gpumem_exporter/internal/ratelog"
 	"github.com/gpumem/gpumem_exporter/landing"
@@ -45,6 +45,7 @@ import (
 	"github.com/gpumem/gpumem_exporter/oom"
 	"github.com/gpumem/gpumem_exporter/simulate"
 	"github.com/gpumem/gpumem_exporter/workload"
+	"github.com/gpumem/gpumem_exporter/workload/podevents"
 	"github.com/gpumem/gpumem_exporter/workload/pods"
 )
 
@@ -102,9 +103,11 @@ func run(o *options, logger, bare log.Logger) error {
 		// Idle keep-alive connections are closed, so that a flood of them
 		// cannot hold file descriptors the socket and scrapes need.
 		IdleTimeout: time.Minute,
-		// Tells the listeners' connection caps which connections are idle.
-		ConnState: connState,
 	}
+	// The listeners' caps close the connections the server waits on,
+	// never one it serves (internal/connshed says why that and not
+	// shorter deadlines or per-source limits).
+	connshed.Configure(server)
 	errc := make(chan error, 2)
 	go func() {
 		if listeners == nil { // systemd socket activation
@@ -115,7 +118,11 @@ func run(o *options, logger, bare log.Logger) error {
 	}()
 	var health *http.Server
 	if d.healthListener != nil {
-		health = &http.Server{Handler: d.health, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}
+		// Probes are a header and a line: every step has a short deadline,
+		// and the listener's cap of healthMaxConnections sheds as the
+		// metrics listeners do.
+		health = &http.Server{Handler: d.health, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, IdleTimeout: 10 * time.Second}
+		connshed.Configure(health)
 		go func() { errc <- health.Serve(d.healthListener) }()
 	}
 	var runErr error
@@ -156,8 +163,8 @@ func releaseStartupPages(logger log.Logger) {
 func mib(b uint64) string { return strconv.FormatFloat(float64(b)/(1<<20), 'f', 1, 64) }
 
 // listen opens every --web.listen-address (capped at --web.max-connections
-// each, idle connections closed first at the cap), or returns nil
-// listeners under systemd socket activation.
+// each, see internal/connshed), or returns nil listeners under systemd
+// socket activation.
 func listen(o *options) ([]net.Listener, error) {
 	if o.webConfig.WebSystemdSocket != nil && *o.webConfig.WebSystemdSocket {
 		return nil, nil
@@ -173,7 +180,7 @@ func listen(o *options) ([]net.Listener, error) {
 			closeAll(ls)
 			return nil, fmt.Errorf("--web.listen-address=%s: %w", addr, err)
 		}
-		ls = append(ls, newShedListener(l, o.webMaxConnections))
+		ls = append(ls, connshed.NewListener(l, o.webMaxConnections))
 	}
 	return ls, nil
 }
@@ -199,7 +206,7 @@ func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, er
 		if err != nil {
 			return nil, fmt.Errorf("--web.health-address=%s: %w", o.healthAddress, err)
 		}
-		healthListener = netutil.LimitListener(l, healthMaxConnections)
+		healthListener = connshed.NewListener(l, healthMaxConnections)
 	}
 	closeHealth := func() {
 		if healthListener != nil {
@@ -270,7 +277,10 @@ func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, er
 		// cache would name real ones.
 		join.Workload = lookups{sim, resolver}
 	}
-	reports := oom.New(oom.Config{Capacity: o.oomReports, Sources: join, Fresh: poller.Fresh, Logger: log.With(logger, "component", "oom")})
+	reports := oom.New(oom.Config{Capacity: o.oomReports, Sources: join, Fresh: poller.Fresh, Logger: log.With(logger, "component", "oom"),
+		OnReport: func(rep oom.Report) {
+			oomEvents.OOM(podevents.PodRef{Namespace: rep.Namespace, Name: rep.Pod, UID: rep.PodUID}, rep.Sentence())
+		}})
 	store.OnOOM(reports.Record)
 	poller.OnPoll(reports.Observe)
 
@@ -284,6 +294,7 @@ func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, er
 		IdleTimeout:     o.idleTimeout,
 		Interval:        o.pollInterval,
 		ServerVersion:   version.Version,
+		OOMVerdict:      true, // the OOM reports answer through OOMEvent.Reply
 		KnownDevice:     knownDevice(poller),
 		ProcPath:        o.procPath,
 

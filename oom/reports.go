@@ -6,10 +6,12 @@ package oom
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"net/http"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,6 +42,7 @@ type Report struct {
 	Namespace      string    `json:"namespace"`
 	Pod            string    `json:"pod"`
 	Container      string    `json:"container"`
+	PodUID         string    `json:"pod_uid,omitempty"`
 	RequestedBytes uint64    `json:"requested_bytes"`
 	// NVMLTime is when the report's NVML reading was taken, and
 	// NVMLDelaySeconds how long after the OOM (negative: before it, when no
@@ -99,6 +102,8 @@ type Process struct {
 	ReservedBytes *uint64 `json:"reserved_bytes,omitempty"`
 	ActiveBytes   *uint64 `json:"active_bytes,omitempty"`
 	InactiveBytes *uint64 `json:"inactive_bytes,omitempty"`
+
+	podUID string
 }
 
 func (p *Process) footprint() uint64 {
@@ -574,7 +579,7 @@ func (r *Reports) build(ev allocstats.OOMEvent, view attribution.View) Report {
 		p := &rep.Processes[i]
 		if p.Reporting {
 			reporterFound = true
-			rep.Comm, rep.Namespace, rep.Pod, rep.Container = p.Comm, p.Namespace, p.Pod, p.Container
+			rep.Comm, rep.Namespace, rep.Pod, rep.Container, rep.PodUID = p.Comm, p.Namespace, p.Pod, p.Container, p.podUID
 		}
 		if !p.NVMLListed && !p.Reporting {
 			continue // its own claim: not in the device's totals
@@ -597,10 +602,29 @@ func (r *Reports) build(ev allocstats.OOMEvent, view attribution.View) Report {
 	rep.Processes, rep.OmittedProcesses = topProcesses(rep.Processes, MaxReportProcesses)
 	if !reporterFound && r.cfg.Sources.Workload != nil {
 		if in, ok := r.cfg.Sources.Workload.Lookup(ev.PID); ok {
-			rep.Comm, rep.Namespace, rep.Pod, rep.Container = in.Comm, in.Namespace, in.Pod, in.Container
+			rep.Comm, rep.Namespace, rep.Pod, rep.Container, rep.PodUID = in.Comm, in.Namespace, in.Pod, in.Container, in.PodUID
 		}
 	}
 	return rep
+}
+
+// Sentence says in one paragraph what happened and why: the Kubernetes
+// Event's message.
+func (rep *Report) Sentence() string {
+	gpu := rep.GPU
+	if gpu == "" {
+		gpu = rep.UUID
+	}
+	v := rep.Verdict
+	s := fmt.Sprintf("CUDA out of memory on GPU %s (pid %d tried to allocate %s): %s", gpu, rep.PID, diagnosis.GiB(rep.RequestedBytes), v.Cause)
+	if len(v.Contributing) > 0 {
+		cs := make([]string, len(v.Contributing))
+		for i, c := range v.Contributing {
+			cs[i] = string(c)
+		}
+		s += " (also: " + strings.Join(cs, ", ") + ")"
+	}
+	return s + ". " + v.Summary + " First: " + v.Remedy
 }
 
 // diagnosisInput gathers what the verdict reads: the event, the reporting
@@ -686,6 +710,7 @@ func process(row *attribution.Row, reporter uint32) Process {
 		Namespace:  row.Info.Namespace,
 		Pod:        row.Info.Pod,
 		Container:  row.Info.Container,
+		podUID:     row.Info.PodUID,
 		Reporting:  row.PID == reporter,
 		NVMLListed: row.NVML != nil,
 	}

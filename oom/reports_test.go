@@ -586,3 +586,13 @@ func TestOOMVerdictReadsTheTrendObservedBefore(t *testing.T) {
 		t.Errorf("verdict %+v: want a leak, from the two minutes of trend", v)
 	}
 }
+
+func TestOOMReportSentenceSaysWhatAndWhy(t *testing.T) {
+	rep := Report{GPU: "2", PID: 7, RequestedBytes: 916 * mib, Verdict: diagnosis.Verdict{
+		Cause: diagnosis.Neighbours, Contributing: []diagnosis.Cause{diagnosis.Contexts},
+		Summary: "The GPU had 1.00 GiB free.", Remedy: "Ask pid 9."}}
+	want := "CUDA out of memory on GPU 2 (pid 7 tried to allocate 916.00 MiB): neighbours (also: contexts). The GPU had 1.00 GiB free. First: Ask pid 9."
+	if got := rep.Sentence(); got != want {
+		t.Errorf("Sentence() = %q, want %q", got, want)
+	}
+}
