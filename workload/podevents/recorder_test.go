@@ -309,3 +309,16 @@ func coreV1Client(t *testing.T, url string) rest.Interface {
 	}
 	return c
 }
+
+// The daemon stops the recorder twice: its context ends, and Stop.
+func TestStopAfterTheContextEnds(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	r, err := New(ctx, Config{Sink: newMemorySink(), NodeName: "gpu-node-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	r.Stop()
+	r.Stop()
+	r.OOM(pod, "after the end: dropped, no panic")
+}
