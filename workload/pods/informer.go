@@ -36,7 +36,7 @@ import (
 // coreV1Codecs decode core/v1 (pods, and the list and watch types the
 // API server sends) and nothing else: the typed clientset's scheme
 // (k8s.io/client-go/kubernetes/scheme) registers every API group, which
-// makes the binary more than twice as large and its RSS twice as high
+// makes the binary more than twice as large and its RSS much higher
 // (docs/benchmarks.md). Built on first use, so that a daemon outside
 // Kubernetes never builds it.
 var coreV1Codecs = sync.OnceValue(func() serializer.CodecFactory {
