@@ -78,6 +78,9 @@ func (s *loadScript) step(time.Duration) state {
 			if sl.oomThisStep != nil {
 				o := *sl.oomThisStep
 				o.free = TotalBytes - DriverReserve - st.gpuUsed[i]
+				// The slot holds its state at the failure for the step.
+				r := sl.report()
+				o.report = &r
 				st.ooms = append(st.ooms, o)
 			}
 			if !sl.alive {

@@ -93,6 +93,11 @@ type oomEvent struct {
 	start            uint64
 	requested, limit uint64
 	free             uint64
+	// report is the process's allocator at the failure, which its client
+	// sends just before the oom message; nil where the script has none.
+	report *allocstats.DeviceReport
+	// ago is how long before the end of the step the error was raised.
+	ago time.Duration
 }
 
 // state is the node after a step: what NVML and the clients report.
@@ -255,35 +260,31 @@ func (n *Node) Step() {
 			_ = sink.Feed(allocstats.Identity{PID: uint32(p.pid), StartTime: p.start}, "pytorch", []allocstats.DeviceReport{r}, now)
 		}
 	}
-	feedOOM := func(o oomEvent) {
-		_, _ = sink.FeedOOM(allocstats.Identity{PID: uint32(o.pid), StartTime: o.start}, allocstats.OOMMessage{
+	// The OOMs, in the order they were raised, each as a client sends
+	// it: the allocator's stats read at the failure, then the oom
+	// message. Then the processes that exited: their last push, then the
+	// exit (the store keeps their counters for the OOM linger). Then the
+	// live processes' state now, after their errors.
+	for _, o := range st.ooms {
+		id := allocstats.Identity{PID: uint32(o.pid), StartTime: o.start}
+		if o.report != nil {
+			r := *o.report
+			r.At = sampled.Add(-o.ago)
+			// Cannot fail: one known device per process.
+			_ = sink.Feed(id, "pytorch", []allocstats.DeviceReport{r}, now)
+		}
+		_, _ = sink.FeedOOM(id, allocstats.OOMMessage{
 			UUID: UUIDs[o.gpu], RequestedBytes: o.requested, LimitBytes: allocstats.Some(o.limit), FreeBytes: allocstats.Some(o.free),
 		}, now)
 	}
-	// The processes that exited: their last push and OOMs, then the exit
-	// (the store keeps their counters for the OOM linger).
-	gone := make(map[int]bool, len(st.exited))
-	for _, pid := range st.exited {
-		gone[pid] = true
-	}
 	for _, p := range st.final {
 		feed(p)
-	}
-	for _, o := range st.ooms {
-		if gone[o.pid] {
-			feedOOM(o)
-		}
 	}
 	for _, pid := range st.exited {
 		sink.Remove(uint32(pid))
 	}
 	for _, p := range st.processes {
 		feed(p)
-	}
-	for _, o := range st.ooms {
-		if !gone[o.pid] {
-			feedOOM(o)
-		}
 	}
 }
 

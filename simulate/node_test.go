@@ -6,6 +6,7 @@ import (
 
 	"github.com/gpumem/gpumem_exporter/allocstats"
 	"github.com/gpumem/gpumem_exporter/nvmlpoll"
+	"github.com/gpumem/gpumem_exporter/simulate/scenario"
 )
 
 // recorder is a Sink that keeps what one step fed.
@@ -217,5 +218,106 @@ func TestMixNamesPodsAndSlurmJobs(t *testing.T) {
 	}
 	if slurm == 0 {
 		t.Error("no Slurm job in the mix")
+	}
+}
+
+// sinkEvent is one call a Sink got: a stats report, an oom message or an
+// exit.
+type sinkEvent struct {
+	kind   string
+	pid    uint32
+	report allocstats.DeviceReport
+	oom    allocstats.OOMMessage
+}
+
+// sequence is a Sink that keeps every call in order.
+type sequence struct{ events []sinkEvent }
+
+func (s *sequence) Feed(id allocstats.Identity, _ string, d []allocstats.DeviceReport, _ time.Time) error {
+	for _, r := range d {
+		s.events = append(s.events, sinkEvent{kind: "stats", pid: id.PID, report: r})
+	}
+	return nil
+}
+
+func (s *sequence) FeedOOM(id allocstats.Identity, m allocstats.OOMMessage, now time.Time) (allocstats.OOMEvent, error) {
+	s.events = append(s.events, sinkEvent{kind: "oom", pid: id.PID, oom: m})
+	return allocstats.OOMEvent{PID: id.PID, UUID: m.UUID, Time: now}, nil
+}
+
+func (s *sequence) Remove(pid uint32) { s.events = append(s.events, sinkEvent{kind: "exit", pid: pid}) }
+
+// TestStatsBeforeAnOOMAreTheFiguresAtTheFailure checks that each oom
+// message comes right after a stats report of the same process holding the
+// allocator's figures at the failure, as a client reads them in PyTorch's
+// OOM observer, and that what a process reports never goes back in time:
+// its counters and peaks never fall, and it reports nothing after its exit.
+func TestStatsBeforeAnOOMAreTheFiguresAtTheFailure(t *testing.T) {
+	for _, step := range []time.Duration{time.Second, 5 * time.Minute} {
+		t.Run(step.String(), func(t *testing.T) {
+			const seed = 3
+			seq := &sequence{}
+			sim := mustNew(t, Config{Seed: seed, Sink: seq, Now: clock(step)})
+			// The same scenario, advanced alike, says what each OOM's
+			// figures were.
+			ref, err := scenario.New(scenario.Mix, seed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want []scenario.OOM
+			for at := time.Duration(0); at <= 2*time.Hour; at += step {
+				sim.Step()
+				dt := step
+				if at == 0 {
+					dt = 0 // the first Step starts the node
+				}
+				want = append(want, ref.Advance(dt).OOMs...)
+			}
+			var ooms int
+			type reported struct {
+				ooms, retries, peakActive, peakReserved uint64
+				exited                                  bool
+			}
+			last := map[uint32]reported{}
+			for i, e := range seq.events {
+				switch e.kind {
+				case "stats":
+					l := last[e.pid]
+					r := e.report
+					if l.exited {
+						t.Fatalf("pid %d reported after its exit", e.pid)
+					}
+					if r.OOMs.V < l.ooms || r.AllocRetries.V < l.retries || r.PeakActive.V < l.peakActive || r.PeakReserved.V < l.peakReserved {
+						t.Fatalf("pid %d's counters or peaks fell: %+v after %+v", e.pid, r, l)
+					}
+					last[e.pid] = reported{r.OOMs.V, r.AllocRetries.V, r.PeakActive.V, r.PeakReserved.V, false}
+				case "exit":
+					l := last[e.pid]
+					l.exited = true
+					last[e.pid] = l
+				case "oom":
+					if ooms >= len(want) {
+						t.Fatalf("more oom messages than the scenario's %d OOMs", len(want))
+					}
+					o := want[ooms]
+					ooms++
+					if e.pid != uint32(pidBase+o.PID) || e.oom.RequestedBytes != o.Requested || e.oom.FreeBytes.V != o.Free || e.oom.LimitBytes.V != o.Limit {
+						t.Fatalf("oom message %d is %+v of pid %d, want the OOM of pid %d at %v: %+v", ooms, e.oom, e.pid, pidBase+o.PID, o.At, o)
+					}
+					if i == 0 || seq.events[i-1].kind != "stats" || seq.events[i-1].pid != e.pid {
+						t.Fatalf("the OOM of pid %d at %v does not follow a stats report of that process", e.pid, o.At)
+					}
+					r, a := seq.events[i-1].report, o.AtFailure
+					if r.Reserved != a.Reserved || r.Active.V != a.Active || r.InactiveSplit.V != a.InactiveSplit ||
+						r.Allocated.V != a.Allocated || r.OOMs.V != a.OOMs || r.AllocRetries.V != a.AllocRetries {
+						t.Errorf("stats before the OOM of pid %d at %v: reserved %d, active %d, inactive_split %d, ooms %d; want the figures at the failure: %d, %d, %d, %d",
+							e.pid, o.At, r.Reserved, r.Active.V, r.InactiveSplit.V, r.OOMs.V, a.Reserved, a.Active, a.InactiveSplit, a.OOMs)
+					}
+				}
+			}
+			if ooms != len(want) || ooms < 20 {
+				t.Errorf("%d oom messages for the scenario's %d OOMs in 2 hours, want them all and 20 or more", ooms, len(want))
+			}
+		})
 	}
 }

@@ -33,21 +33,12 @@ func (s *scenarioScript) step(dt time.Duration) state {
 		st.final = append(st.final, fromScenario(p))
 	}
 	for _, o := range t.OOMs {
+		at := fromScenario(o.AtFailure)
 		st.ooms = append(st.ooms, oomEvent{
-			pid: pidBase + o.PID, gpu: o.GPU, start: startTicks(o.PID, 0),
+			pid: at.pid, gpu: o.GPU, start: at.start,
 			requested: o.Requested, limit: o.Limit, free: o.Free,
+			report: at.report, ago: t.Elapsed - o.At,
 		})
-	}
-	// An OOM's start time must be the process's: take it from the process,
-	// live or just exited.
-	for i := range st.ooms {
-		for _, ps := range [][]process{st.processes, st.final} {
-			for _, p := range ps {
-				if p.pid == st.ooms[i].pid {
-					st.ooms[i].start = p.start
-				}
-			}
-		}
 	}
 	return st
 }

@@ -2,7 +2,10 @@
 // processes whose allocator and NVML figures move the way PyTorch's do, in
 // named workloads (steady training, a list-append leak, evaluation without
 // torch.no_grad(), growth to OOM, fragmentation, a sudden spike, a large idle
-// cache, a multi-rank job) or a mix of them.
+// cache, a multi-rank job, and one for each other cause of an OOM: a small
+// per-process limit, a request larger than the GPU, a load beside another
+// process's cache, one worker too many for the contexts, fragmentation that
+// fails) or a mix of them.
 //
 // The memory model is the one docs/metrics.md describes, as measured on an
 // H200 (docs/validation.md):
@@ -14,7 +17,9 @@
 //     segments (inactive_split) that a flush of the cache cannot return;
 //   - a retry is a cudaMalloc that failed and succeeded after the allocator
 //     flushed its unsplit cached segments; an OOM is one that did not (it
-//     counts a retry too, as PyTorch does);
+//     counts a retry too, as PyTorch does), and carries the allocator's
+//     figures at the failure, as the client reads them in PyTorch's OOM
+//     observer;
 //   - per GPU: used = sum of the processes' used + unattributed, and
 //     used <= total - the driver's reservation.
 //

@@ -116,6 +116,15 @@ type OOM struct {
 	// Caught says the program caught the error and lives on; otherwise
 	// the process exits a few seconds later.
 	Caught bool
+	// AtFailure is the process at the failure, as memory_stats() reads
+	// inside PyTorch's out-of-memory observer, before the error unwinds:
+	// the counters count this OOM and its retry; the flush left only
+	// split segments cached, so InactiveSplit is all of its inactive
+	// memory; the step's tensors allocated up to the failure are still
+	// active, and fill the rest of Reserved. The process's state after the
+	// error (the step's tensors freed, the cache kept) is what the next
+	// Tick shows.
+	AtFailure Process
 }
 
 // Tick is the node's state after an Advance, with what happened during it.
@@ -166,8 +175,12 @@ func New(scenario string, seed uint64) (*Node, error) {
 		n.jobs = append(n.jobs, j)
 	}
 	// Jobs start in order, each planning on what the ones before it
-	// planned to leave.
+	// planned to leave; a job that comes later waits for its time.
 	for _, j := range n.jobs {
+		if j.spec.startAfter > 0 {
+			j.restartAt = j.spec.startAfter
+			continue
+		}
 		n.start(j)
 	}
 	return n, nil
@@ -315,8 +328,12 @@ func (n *Node) newPID() int {
 
 // capacityFor is what p's job may plan to use on p's GPU: its share of the
 // GPU, at most what unattributed memory and the other processes there
-// leave (each counted at the larger of what it uses and what it planned).
+// leave (each counted at the larger of what it uses and what it planned),
+// unless the job plans regardless of the others.
 func (n *Node) capacityFor(p *proc, share float64) uint64 {
+	if p.job.spec.regardless {
+		return uint64(float64(usableBytes) * share)
+	}
 	taken := n.unattributed[p.GPU]
 	for _, j := range n.jobs {
 		for _, q := range j.procs {
@@ -349,19 +366,18 @@ func (n *Node) free(gpu int) uint64 { return usableBytes - n.used(gpu) }
 func (n *Node) runStep(p *proc) {
 	s := p.prog.step(p, n.now, func() uint64 { return n.capacity(p) })
 	if p.Context == 0 {
-		p.Context = p.prog.context
-		p.Limit = p.prog.limit
-		if n.free(p.GPU) < p.Context {
+		if n.free(p.GPU) < p.prog.context {
 			// No room even for the context: CUDA init fails; try later.
-			p.Context = 0
 			n.die(p, n.now+time.Second)
 			return
 		}
+		p.Context = p.prog.context
+		p.Limit = p.prog.limit
 	}
-	requested, ok := n.allocate(p, s)
+	f, ok := n.allocate(p, s)
 	p.PeakReserved = max(p.PeakReserved, p.Reserved)
 	if !ok {
-		n.oom(p, requested)
+		n.oom(p, f)
 		if !p.catches {
 			return
 		}
@@ -384,53 +400,89 @@ func (n *Node) capacity(p *proc) uint64 {
 	return c
 }
 
-// allocate reserves for step s's peak. It returns false and the size of
-// the request that failed when even a flush of the cache leaves no room.
-func (n *Node) allocate(p *proc, s step) (uint64, bool) {
+// inactiveSplit is what p's cache holds in split segments between steps.
+func (p *proc) inactiveSplit() uint64 {
+	return uint64(float64(p.Reserved-min(p.floor, p.Reserved)) * p.split)
+}
+
+// failure is the allocator at an OOM, before the error unwinds.
+type failure struct {
+	requested     uint64
+	active        uint64
+	inactiveSplit uint64
+}
+
+// allocate reserves for step s's peak. It returns false and the allocator
+// at the failure when even a flush of the cache leaves no room.
+func (n *Node) allocate(p *proc, s step) (failure, bool) {
 	need := pageUp(s.peak + uint64(float64(s.peak)*p.frag))
+	if s.stuck {
+		// No block of the cache's split segments fits the step's large
+		// tensors: what they hold is of no use to the step.
+		need += pageUp(p.inactiveSplit())
+	}
 	if p.Reserved >= need {
-		return 0, true
+		return failure{}, true
 	}
 	capacity := n.capacity(p)
 	if need <= capacity {
 		p.Reserved = need
-		return 0, true
+		return failure{}, true
 	}
 	// cudaMalloc failed: flush the cache's unsplit segments, retry once
-	// with fresh segments. An OOM counts its retry too.
+	// with fresh segments. An OOM counts its retry too. The split
+	// segments stay, and so does the inactive memory in them.
 	p.AllocRetries++
-	afterFlush := pageUp(p.floor + uint64(float64(p.Reserved-min(p.floor, p.Reserved))*p.split))
-	afterFlush = min(afterFlush, p.Reserved)
+	split := p.inactiveSplit()
+	afterFlush := min(pageUp(p.floor+split), p.Reserved)
 	tight := pageUp(s.peak + uint64(float64(s.peak)*tightFrag))
+	if s.stuck {
+		// No split block fits the step's large tensors: all of them
+		// need fresh segments beside the split ones.
+		tight = pageUp(s.peak + uint64(float64(s.peak)*tightFrag) + split)
+	}
 	if tight <= capacity {
 		p.Reserved = max(tight, afterFlush)
-		return 0, true
+		return failure{}, true
 	}
 	// After the flush the step's tensors went into fresh segments until
 	// one did not fit: reserved stands within one request of the capacity
-	// (a request larger than the capacity fails at once). The error frees
-	// the step's tensors, not the cache.
+	// (a request larger than the capacity fails at once, and so does a
+	// step that is one allocation, such as a chunk of weights). The error
+	// frees the step's tensors, not the cache.
 	p.Reserved = afterFlush
-	if s.request < capacity {
+	if s.request < capacity && !s.single {
 		room := uint64(float64(s.request) * between(p.rng, 0.05, 0.95))
 		p.Reserved = max(afterFlush, pageDown(capacity-room))
 	}
-	return s.request, false
+	// At the failure the split segments' free blocks are all the cache
+	// holds; the step's tensors allocated so far (never less than the
+	// step's floor) fill the rest of reserved.
+	f := failure{requested: s.request}
+	f.inactiveSplit = min(blockDown(split), p.Reserved-min(p.Reserved, s.floor))
+	f.active = p.Reserved - f.inactiveSplit
+	return f, false
 }
 
-// oom records an out-of-memory error of p; unless p catches it, p exits
-// after a few seconds and its job's other ranks follow.
-func (n *Node) oom(p *proc, requested uint64) {
+// oom records an out-of-memory error of p, failed as f; unless p catches
+// it, p exits after a few seconds and its job's other ranks follow.
+func (n *Node) oom(p *proc, f failure) {
 	p.OOMs++
-	p.LastOOMRequest = requested
+	p.LastOOMRequest = f.requested
 	p.LastOOMAt = n.now
+	p.PeakActive = max(p.PeakActive, f.active)
 	limit := p.Limit
 	if limit == 0 {
 		limit = TotalBytes
 	}
+	at := p.Process
+	at.Active = f.active
+	at.Allocated = blockDown(f.active - uint64(float64(f.active)*p.allocGap))
+	at.InactiveSplit = f.inactiveSplit
 	n.ooms = append(n.ooms, OOM{
 		At: n.now, PID: p.PID, GPU: p.GPU, Identity: p.Identity, Kind: p.Kind,
-		Requested: requested, Limit: limit, Free: n.free(p.GPU), Caught: p.catches,
+		Requested: f.requested, Limit: limit, Free: n.free(p.GPU), Caught: p.catches,
+		AtFailure: at,
 	})
 	if p.catches {
 		return

@@ -1,6 +1,7 @@
 package scenario
 
 import (
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -141,6 +142,254 @@ func TestEveryScenarioKeepsTheMemoryModel(t *testing.T) {
 					if o.Limit == TotalBytes && o.Free >= o.Requested {
 						t.Errorf("%s: OOM at %v without a limit requested %d with %d free", name, o.At, o.Requested, o.Free)
 					}
+					checkAtFailure(t, name, o)
+				}
+			}
+		})
+	}
+}
+
+// checkAtFailure reports every broken rule of the memory model in the
+// allocator's figures at an OOM.
+func checkAtFailure(t *testing.T, scenario string, o OOM) {
+	t.Helper()
+	a := o.AtFailure
+	at := func(format string, args ...any) {
+		t.Helper()
+		t.Errorf("%s: OOM at %v of pid %d (%s): at the failure "+format, append([]any{scenario, o.At, o.PID, o.Kind}, args...)...)
+	}
+	if a.PID != o.PID || a.GPU != o.GPU || a.Kind != o.Kind {
+		at("pid %d, GPU %d, kind %s: not the process that failed", a.PID, a.GPU, a.Kind)
+	}
+	if a.Reserved%(2*MiB) != 0 {
+		at("reserved %d is not a multiple of 2 MiB", a.Reserved)
+	}
+	if !(a.Reserved >= a.Active && a.Active >= a.Allocated) {
+		at("want reserved %d >= active %d >= allocated %d", a.Reserved, a.Active, a.Allocated)
+	}
+	if a.InactiveSplit > a.Reserved-min(a.Active, a.Reserved) {
+		at("inactive_split %d > reserved %d - active %d", a.InactiveSplit, a.Reserved, a.Active)
+	}
+	if a.PeakActive < a.Active || a.PeakReserved < a.Reserved {
+		at("peaks (%d active, %d reserved) below the figures (%d, %d)", a.PeakActive, a.PeakReserved, a.Active, a.Reserved)
+	}
+	if a.Limit > 0 && a.Reserved > a.Limit {
+		at("reserved %d above the limit %d", a.Reserved, a.Limit)
+	}
+	if a.OOMs == 0 || a.OOMs > a.AllocRetries || a.LastOOMRequest != o.Requested || a.LastOOMAt != o.At {
+		at("%d OOMs, %d retries, last OOM %d at %v: the counters must count this OOM and its retry", a.OOMs, a.AllocRetries, a.LastOOMRequest, a.LastOOMAt)
+	}
+	if a.Context < CUDAContextBytes {
+		at("context %d below the CUDA context's", a.Context)
+	}
+}
+
+// seenOOM is an OOM with what else its GPU held when it was raised.
+type seenOOM struct {
+	OOM
+	// others are the other processes on the GPU at the end of the
+	// second in which the OOM was raised.
+	others []Process
+	// othersUsed is what the other processes held at the failure: all
+	// that the GPU did not have free, less the failing process's used and
+	// the unattributed memory.
+	othersUsed uint64
+}
+
+// shortfall is what the request lacked of the GPU's free memory.
+func (o seenOOM) shortfall() uint64 { return o.Requested - min(o.Requested, o.Free) }
+
+func (o seenOOM) othersInactive() uint64 {
+	var in uint64
+	for _, p := range o.others {
+		if p.ReportsAllocator {
+			in += p.Inactive()
+		}
+	}
+	return in
+}
+
+// contexts is the sum of the contexts on the GPU, the failing process's
+// included.
+func (o seenOOM) contexts() uint64 {
+	c := o.AtFailure.Context
+	for _, p := range o.others {
+		c += p.Context
+	}
+	return c
+}
+
+func oomsSeen(t *testing.T, scenario string, seed uint64, d time.Duration) []seenOOM {
+	t.Helper()
+	var seen []seenOOM
+	run(t, scenario, seed, d, time.Second, func(tk Tick) {
+		for _, o := range tk.OOMs {
+			s := seenOOM{OOM: o}
+			for _, p := range tk.Processes {
+				if p.GPU == o.GPU && p.PID != o.PID {
+					s.others = append(s.others, p)
+				}
+			}
+			held := usableBytes - o.Free
+			s.othersUsed = held - min(held, o.AtFailure.Used()+tk.GPUs[o.GPU].Unattributed)
+			seen = append(seen, s)
+		}
+	})
+	return seen
+}
+
+// oomCauses holds, for each kind whose OOM has one cause only, what the
+// figures at its OOM must show: the cause's condition, and not the
+// conditions of the causes nearest to it. It returns what is wrong.
+var oomCauses = map[string]func(o seenOOM) string{
+	Limit: func(o seenOOM) string {
+		a := o.AtFailure
+		switch {
+		case a.Limit == 0 || o.Limit != a.Limit:
+			return fmt.Sprintf("limit %d (process %d): a limit job without its limit", o.Limit, a.Limit)
+		case o.Requested+a.Reserved <= a.Limit:
+			return fmt.Sprintf("requested %d + reserved %d within the limit %d", o.Requested, a.Reserved, a.Limit)
+		case o.Free < o.Requested:
+			return fmt.Sprintf("free %d < requested %d: the GPU should have room", o.Free, o.Requested)
+		case a.InactiveSplit >= o.Requested:
+			return fmt.Sprintf("inactive_split %d >= requested %d reads as fragmentation", a.InactiveSplit, o.Requested)
+		case o.Caught:
+			return "caught"
+		case o.At-a.Started > 10*time.Minute:
+			return fmt.Sprintf("OOM %v after the start, want within minutes", o.At-a.Started)
+		}
+		return ""
+	},
+	TooLarge: func(o seenOOM) string {
+		switch {
+		case o.Requested <= TotalBytes:
+			return fmt.Sprintf("requested %d, not more than the GPU's %d", o.Requested, TotalBytes)
+		case o.Caught:
+			return "caught"
+		case o.At-o.AtFailure.Started < 30*time.Second:
+			return fmt.Sprintf("OOM %v after the start: the model loads for 30 s or more first", o.At-o.AtFailure.Started)
+		}
+		return ""
+	},
+	Neighbours: func(o seenOOM) string {
+		short := o.shortfall()
+		switch {
+		case o.Free >= o.Requested:
+			return fmt.Sprintf("free %d >= requested %d", o.Free, o.Requested)
+		case o.Requested > TotalBytes || o.AtFailure.Limit > 0:
+			return fmt.Sprintf("requested %d with limit %d: too large, not neighbours", o.Requested, o.AtFailure.Limit)
+		case o.othersUsed < short:
+			return fmt.Sprintf("the others hold %d, less than the shortfall %d", o.othersUsed, short)
+		case o.othersInactive() < short/3:
+			return fmt.Sprintf("the others' inactive %d is under a third of the shortfall %d", o.othersInactive(), short)
+		case o.Caught:
+			return "caught"
+		}
+		return ""
+	},
+	Contexts: func(o seenOOM) string {
+		short := o.shortfall()
+		switch {
+		case o.Free >= o.Requested:
+			return fmt.Sprintf("free %d >= requested %d", o.Free, o.Requested)
+		case len(o.others) < 12:
+			return fmt.Sprintf("%d other processes on the GPU, want 12 or more", len(o.others))
+		case o.contexts() < short:
+			return fmt.Sprintf("the contexts' %d do not cover the shortfall %d", o.contexts(), short)
+		case o.othersInactive() > short/4:
+			return fmt.Sprintf("the others' inactive %d is over a quarter of the shortfall %d: reads as neighbours", o.othersInactive(), short)
+		case o.contexts() < TotalBytes/20:
+			return fmt.Sprintf("the contexts' %d are not a material share of the GPU", o.contexts())
+		}
+		return ""
+	},
+	FragmentationOOM: func(o seenOOM) string {
+		a := o.AtFailure
+		switch {
+		case !o.Caught:
+			return "not caught: the program lives on"
+		case a.InactiveSplit < o.Requested:
+			return fmt.Sprintf("inactive_split %d < requested %d", a.InactiveSplit, o.Requested)
+		case a.Limit == 0 || o.Requested+a.Reserved <= a.Limit:
+			return fmt.Sprintf("requested %d + reserved %d within the limit %d", o.Requested, a.Reserved, a.Limit)
+		case o.Free < o.Requested:
+			return fmt.Sprintf("free %d < requested %d: the GPU should have room", o.Free, o.Requested)
+		}
+		return ""
+	},
+}
+
+// TestOOMsShowTheirCause runs each kind of OOM alone and in the mix, and
+// checks that the figures at each of its OOMs show its cause.
+func TestOOMsShowTheirCause(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		scenario string
+		// least is how many OOMs of each kind an hour brings at least.
+		least map[string]int
+	}{
+		{Limit, map[string]int{Limit: 16}},
+		{TooLarge, map[string]int{TooLarge: 16}},
+		{Neighbours, map[string]int{Neighbours: 16}},
+		{Contexts, map[string]int{Contexts: 16}},
+		{FragmentationOOM, map[string]int{FragmentationOOM: 16}},
+		{Mix, map[string]int{Limit: 2, TooLarge: 2, Neighbours: 2, Contexts: 2, FragmentationOOM: 2}},
+	} {
+		t.Run(tc.scenario, func(t *testing.T) {
+			t.Parallel()
+			count := map[string]int{}
+			for _, o := range oomsSeen(t, tc.scenario, 11, time.Hour) {
+				count[o.Kind]++
+				if check := oomCauses[o.Kind]; check != nil {
+					if wrong := check(o); wrong != "" {
+						t.Errorf("%s: %s OOM of pid %d at %v: %s", tc.scenario, o.Kind, o.PID, o.At, wrong)
+					}
+				}
+			}
+			for kind, least := range tc.least {
+				if count[kind] < least {
+					t.Errorf("%s: %d %s OOMs in an hour, want %d or more", tc.scenario, count[kind], kind, least)
+				}
+			}
+		})
+	}
+}
+
+// TestJobsThatCannotFitFailEveryRun checks the jobs that fail at load
+// (too large, or coming after the GPU is full): each of their runs ends in
+// an OOM, and they come back after their back-off.
+func TestJobsThatCannotFitFailEveryRun(t *testing.T) {
+	t.Parallel()
+	for _, scenario := range []string{TooLarge, Neighbours, Contexts, Mix} {
+		t.Run(scenario, func(t *testing.T) {
+			t.Parallel()
+			failing := map[*job]bool{}
+			jobOf := map[int]*job{}
+			oomed := map[int]bool{}
+			runNode(t, scenario, 5, time.Hour, time.Second, func(n *Node, tk Tick) {
+				for _, j := range n.jobs {
+					if j.spec.kind == TooLarge || j.spec.startAfter > 0 {
+						failing[j] = true
+						for _, p := range j.procs {
+							jobOf[p.PID] = j
+						}
+					}
+				}
+				for _, o := range tk.OOMs {
+					oomed[o.PID] = true
+				}
+				for _, p := range tk.Exited {
+					if j := jobOf[p.PID]; j != nil && !oomed[p.PID] {
+						t.Errorf("pid %d of %s exited at %v without an OOM", p.PID, j.spec.identity.Job, tk.Elapsed)
+					}
+				}
+			})
+			if len(failing) == 0 {
+				t.Fatal("no job that cannot fit")
+			}
+			for j := range failing {
+				if j.gen < 5 {
+					t.Errorf("%s ran %d times in an hour, want a crash loop", j.spec.identity.Job, j.gen)
 				}
 			}
 		})
@@ -422,7 +671,8 @@ func TestScenariosBehaveAsNamed(t *testing.T) {
 					t.Errorf("pid %d (%s) reports allocator stats: %v", ph.first.PID, ph.first.Kind, ph.first.ReportsAllocator)
 				}
 			}
-			for _, k := range []string{Steady, Leak, EvalNoGrad, Growth, Fragmentation, Spike, CacheHeavy, MultiRank, NVMLOnly} {
+			for _, k := range []string{Steady, Leak, EvalNoGrad, Growth, Fragmentation, Spike, CacheHeavy, MultiRank, NVMLOnly,
+				Limit, TooLarge, Neighbours, Contexts, FragmentationOOM} {
 				if !kinds[k] {
 					t.Errorf("the mix runs no %s process", k)
 				}
