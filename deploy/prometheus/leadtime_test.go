@@ -162,6 +162,7 @@ type stats struct {
 	runs, ooms     int
 	riskLeads      []time.Duration // per uncaught OOM; -1: no warning
 	riskFalse      int
+	riskFlaps      int             // OOM risk episodes after the first before an OOM: the alert resolved and fired again
 	leakDelays     []time.Duration // per leak run; -1: not found
 	leakTooFast    int             // leak runs that OOMed before minLeakData, not found
 	leakFalse      int
@@ -208,6 +209,17 @@ func measure(name string, tr *truth, eps []episode) map[string]*stats {
 		}
 		return -1
 	}
+	// count returns how many episodes of alert for key have an onset in
+	// [from, to].
+	count := func(alert, key string, from, to time.Duration) int {
+		n := 0
+		for _, e := range byAlert[alert] {
+			if e.key == key && e.onset >= from && e.onset <= to {
+				n++
+			}
+		}
+		return n
+	}
 	for _, r := range runs {
 		s := get(r.kind)
 		s.runs++
@@ -218,6 +230,10 @@ func measure(name string, tr *truth, eps []episode) map[string]*stats {
 				lead = r.oom.At - on
 			}
 			s.riskLeads = append(s.riskLeads, lead)
+			if n := count(alertOOMRisk, r.workload, r.start, r.oom.At); n > 1 {
+				s.riskFlaps += n - 1
+				s.notes = append(s.notes, fmt.Sprintf("%s %s started %v, OOM at %v: %d episodes", alertOOMRisk, r.workload, r.start, r.oom.At, n))
+			}
 			if lead < minLead {
 				s.notes = append(s.notes, fmt.Sprintf("%s %s started %v, OOM at %v: lead %v", alertOOMRisk, r.workload, r.start, r.oom.At, lead))
 			}
@@ -455,6 +471,7 @@ func (m *stats) add(s *stats) {
 	m.ooms += s.ooms
 	m.riskLeads = append(m.riskLeads, s.riskLeads...)
 	m.riskFalse += s.riskFalse
+	m.riskFlaps += s.riskFlaps
 	m.leakDelays = append(m.leakDelays, s.leakDelays...)
 	m.leakTooFast += s.leakTooFast
 	m.leakFalse += s.leakFalse
@@ -505,13 +522,13 @@ func minutes(d time.Duration) string { return fmt.Sprintf("%.1fm", d.Minutes()) 
 
 func leadTimeTable(order []string, merged map[string]*stats) string {
 	var b strings.Builder
-	b.WriteString("| scenario: workload | runs | OOMs | OOM risk: warned ≥2m ahead | OOM risk: false | leak: found ≤10m after start | leak: too fast | leak: false | GPU full soon: warned ahead | GPU full soon: false | fragmentation: runs | idle cache: runs | OOM alert: OOMs alerted | OOM alert: extra |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| scenario: workload | runs | OOMs | OOM risk: warned ≥2m ahead | OOM risk: false | OOM risk: flaps | leak: found ≤10m after start | leak: too fast | leak: false | GPU full soon: warned ahead | GPU full soon: false | fragmentation: runs | idle cache: runs | OOM alert: OOMs alerted | OOM alert: extra |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, k := range order {
 		s := merged[k]
-		fmt.Fprintf(&b, "| %s | %d | %d | %s | %d | %s | %d | %d | %s | %d | %d | %d | %d/%d | %d |\n",
+		fmt.Fprintf(&b, "| %s | %d | %d | %s | %d | %d | %s | %d | %d | %s | %d | %d | %d | %d/%d | %d |\n",
 			s.label(), s.runs, s.ooms,
-			summary(s.riskLeads, func(d time.Duration) bool { return d >= minLead }), s.riskFalse,
+			summary(s.riskLeads, func(d time.Duration) bool { return d >= minLead }), s.riskFalse, s.riskFlaps,
 			summary(s.leakDelays, func(d time.Duration) bool { return d >= 0 && d <= maxLeakDelay }), s.leakTooFast, s.leakFalse,
 			summary(s.fullLeads, func(d time.Duration) bool { return d > 0 }), s.fullFalse,
 			s.fragRuns, s.idleRuns, s.oomAlerted, s.ooms, s.oomAlertExtra)
@@ -550,6 +567,9 @@ func checkTargets(t *testing.T, merged map[string]*stats) {
 			}
 		case scenario.Steady, scenario.Fragmentation, scenario.CacheHeavy, scenario.EvalNoGrad, scenario.Spike, scenario.NVMLOnly:
 			healthy = true
+		}
+		if s.riskFlaps > 0 {
+			t.Errorf("%s: %s resolved and fired again %d times before an OOM, want it to hold until the OOM", s.label(), alertOOMRisk, s.riskFlaps)
 		}
 		if healthy && s.riskFalse > 0 {
 			t.Errorf("%s: %s fired %d times, want never", s.label(), alertOOMRisk, s.riskFalse)
