@@ -175,7 +175,7 @@ func listen(o *options) ([]net.Listener, error) {
 			closeAll(ls)
 			return nil, fmt.Errorf("--web.listen-address=%s: vsock addresses need --web.systemd-socket off and are not supported by this exporter", addr)
 		}
-		l, err := net.Listen("tcp", addr)
+		l, err := httpListenConfig.Listen(context.Background(), "tcp", addr)
 		if err != nil {
 			closeAll(ls)
 			return nil, fmt.Errorf("--web.listen-address=%s: %w", addr, err)
@@ -184,6 +184,12 @@ func listen(o *options) ([]net.Listener, error) {
 	}
 	return ls, nil
 }
+
+// httpListenConfig makes the HTTP listeners. Their connections get no TCP
+// keep-alive probes: the server's deadlines and idle timeout already close
+// a connection whose client is gone, and turning the probes on costs
+// system calls on every accepted connection, which a flood multiplies.
+var httpListenConfig = net.ListenConfig{KeepAlive: -1}
 
 func closeAll(ls []net.Listener) {
 	for _, l := range ls {
@@ -202,7 +208,7 @@ type daemon struct {
 func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, error) {
 	var healthListener net.Listener
 	if o.healthAddress != "" {
-		l, err := net.Listen("tcp", o.healthAddress)
+		l, err := httpListenConfig.Listen(context.Background(), "tcp", o.healthAddress)
 		if err != nil {
 			return nil, fmt.Errorf("--web.health-address=%s: %w", o.healthAddress, err)
 		}

@@ -107,12 +107,19 @@ func (l *Listener) Accept() (net.Conn, error) {
 			return c, nil
 		}
 		victim := l.victimLocked()
+		reset := false
 		if victim != nil {
 			delete(l.conns, victim)
 			l.shed++
+			reset = victim.rankLocked() == unproven
 		}
 		l.mu.Unlock()
 		if victim != nil {
+			if tc, ok := victim.Conn.(*net.TCPConn); ok && reset {
+				// A reset costs less than an orderly close, and no
+				// response of this connection can be lost.
+				tc.SetLinger(0)
+			}
 			victim.Conn.Close()
 			// Let the goroutines of the connections already accepted read
 			// what their clients sent before the next one is judged: with
