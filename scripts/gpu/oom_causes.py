@@ -168,6 +168,9 @@ def main():
     ap.add_argument("--only", default=",".join(EXPECTED), help="comma-separated kinds to run")
     a = ap.parse_args()
     if a.kind:
+        if os.environ.get("OOM_CAUSES_DEBUG"):
+            import logging
+            logging.basicConfig(level=logging.DEBUG, format="%(asctime)s %(threadName)s %(message)s")
         KINDS[a.kind]()
         return 0
     if not a.exporter:

@@ -334,16 +334,22 @@ class Client(object):
         of UUIDs they were about."""
         lines = []
         uuids = set()
-        sent = 0  # oom lines
-        while True:
+        while _oom.events:
+            # Counted as awaiting its verdict before it leaves the queue: a
+            # process exiting meanwhile (pending_verdicts, on its main
+            # thread) sees it in one place or the other, never in neither.
+            self._awaiting += 1
             try:
                 device, alloc, limit, free, when, stats = _oom.events.popleft()
             except IndexError:
+                self._awaiting -= 1
                 break
             if now - when > OOM_MAX_AGE:
+                self._awaiting -= 1
                 continue
             uuid = self._oom_uuid(device)
             if uuid is None:
+                self._awaiting -= 1
                 self._log_once("oom-uuid", logging.DEBUG, "gpumem: no UUID for OOM on device %r", device)
                 continue
             # The allocator's state at the failure goes first, so that the
@@ -353,10 +359,8 @@ class Client(object):
                 lines.extend(protocol.stats_lines([entry]))
             lines.append(protocol.encode(protocol.oom(uuid, alloc, limit, free)))
             uuids.add(uuid)
-            sent += 1
         if lines and not self._send(lines):
             return None
-        self._awaiting += sent
         return uuids
 
     def _oom_entry(self, device, stats):
