@@ -336,8 +336,29 @@ func (k processKey) String() string { return "GPU " + k.gpu + " pid " + k.pid }
 // value for a series that starts inside it (a process starts at 0). last
 // is the time of each series's last sample.
 func (s *stack) oomTruth(ctx context.Context, end time.Time, window time.Duration) (counts map[processKey]float64, last map[processKey]float64, err error) {
+	return s.oomTruthOf(ctx, rawOOMs, end, window)
+}
+
+// The OOM counters as scraped, and as the rules record those of processes
+// that raised one (what the fleet dashboard reads): the recorded series
+// take each step at the first evaluation after its scrape.
+const (
+	rawOOMs      = "gpumem_allocator_ooms_total"
+	recordedOOMs = "process:gpumem_allocator_ooms_total:nonzero"
+)
+
+// oomsOf is the counter a panel's query counts.
+func oomsOf(expr string) string {
+	if strings.Contains(expr, recordedOOMs) {
+		return recordedOOMs
+	}
+	return rawOOMs
+}
+
+// oomTruthOf is oomTruth over the samples of metric.
+func (s *stack) oomTruthOf(ctx context.Context, metric string, end time.Time, window time.Duration) (counts map[processKey]float64, last map[processKey]float64, err error) {
 	// The base is looked up as an offset would: up to 5 minutes back.
-	raw, err := s.query(ctx, fmt.Sprintf("gpumem_allocator_ooms_total[%s]", promDuration(window+5*time.Minute)), end)
+	raw, err := s.query(ctx, fmt.Sprintf("%s[%s]", metric, promDuration(window+5*time.Minute)), end)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -375,12 +396,13 @@ func (s *stack) oomTruth(ctx context.Context, end time.Time, window time.Duratio
 // has run, and a later query at the same end would then see one more
 // sample: under load the raw samples and the panels disagreed so. Scrapes
 // of one target, and evaluations of one group, run one after the other,
-// so once one stamped after end is in, all those before it are.
+// so once one stamped after end is in, all those before it are (the
+// capacity rule comes after the recorded OOM counters in their group).
 func (s *stack) waitIngestedAfter(t *testing.T, ctx context.Context, end time.Time) {
 	t.Helper()
 	after := float64(end.UnixMilli()) / 1000
 	deadline := time.Now().Add(dataTimeout)
-	for _, q := range []string{"max(timestamp(up))", "max(timestamp(process:gpumem_workload:info))"} {
+	for _, q := range []string{"max(timestamp(up))", "max(timestamp(process:gpumem_workload:info))", "max(timestamp(process:gpumem_allocator_capacity_bytes))"} {
 		for {
 			res, err := s.query(ctx, q, time.Now())
 			if err != nil {
@@ -493,17 +515,39 @@ func TestOOMPanelsCountEachErrorOnce(t *testing.T) {
 	end := time.Now().Truncate(time.Millisecond)
 	s.waitIngestedAfter(t, ctx, end)
 	full := end.Sub(s.promStart).Truncate(time.Second) + time.Second
+	// The recorded counters hold every error of the raw ones: all those
+	// scraped up to an evaluation before end, none scraped after end.
+	recorded, _, err := s.oomTruthOf(ctx, recordedOOMs, end, full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rawAll, _, err := s.oomTruth(ctx, end, full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rawEarlier, _, err := s.oomTruth(ctx, end.Add(-2*scrapeInterval), full-2*scrapeInterval)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum(recorded) < sum(rawEarlier) || sum(recorded) > sum(rawAll) {
+		t.Errorf("%s holds %v errors since Prometheus started; the raw counters %v until %s before and %v until the end", recordedOOMs, sum(recorded), sum(rawEarlier), 2*scrapeInterval, sum(rawAll))
+	}
 	for _, window := range []time.Duration{full, full / 2} {
-		truth, _, err := s.oomTruth(ctx, end, window)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for k, v := range truth {
-			if v == 0 {
-				delete(truth, k)
+		truths := map[string]map[processKey]float64{}
+		for _, metric := range []string{rawOOMs, recordedOOMs} {
+			truth, _, err := s.oomTruthOf(ctx, metric, end, window)
+			if err != nil {
+				t.Fatal(err)
 			}
+			for k, v := range truth {
+				if v == 0 {
+					delete(truth, k)
+				}
+			}
+			truths[metric] = truth
 		}
 		for _, c := range counters {
+			truth := truths[oomsOf(c.expr)]
 			expr, err := s.substitute(c.expr, window, nil)
 			if err != nil {
 				t.Fatal(err)
@@ -543,18 +587,18 @@ func TestOOMPanelsCountEachErrorOnce(t *testing.T) {
 				}
 			}
 		}
-		t.Logf("window %s: %v out-of-memory errors in %d processes in the raw samples, compared with %d panels", window, sum(truth), len(truth), len(counters))
+		t.Logf("window %s: %v out-of-memory errors in %d processes in the raw samples (%v recorded), compared with %d panels", window, sum(truths[rawOOMs]), len(truths[rawOOMs]), sum(truths[recordedOOMs]), len(counters))
 	}
 
 	// The graphs: bars every graphStep, summed over the run, against the
 	// count over (first bar's start, last bar's end].
 	first := s.promStart.Truncate(graphStep).Add(graphStep)
 	last := end.Truncate(graphStep)
-	truth, _, err := s.oomTruth(ctx, last, last.Sub(first)+graphStep)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, c := range graphs {
+		truth, _, err := s.oomTruthOf(ctx, oomsOf(c.expr), last, last.Sub(first)+graphStep)
+		if err != nil {
+			t.Fatal(err)
+		}
 		expr, err := s.substitute(c.expr, full, nil)
 		if err != nil {
 			t.Fatal(err)

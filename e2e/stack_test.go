@@ -143,18 +143,25 @@ func startStack() (*stack, error) {
 		return nil, err
 	}
 
+	// fleet.json reads fleet-rules.yml's rules, evaluated once a minute in
+	// production; here as often as the others.
+	fleetRules, err := fleetRulesEvery(dir, scrapeInterval)
+	if err != nil {
+		return nil, err
+	}
 	config := fmt.Sprintf(`global:
   scrape_interval: %[1]s
   scrape_timeout: %[1]s
   evaluation_interval: %[1]s
 rule_files:
   - %[2]s
+  - %[4]s
 scrape_configs:
   - job_name: gpumem
     honor_labels: true
     static_configs:
       - targets: ['%[3]s']
-`, scrapeInterval, filepath.Join(repoRoot, "deploy", "prometheus", "rules.yml"), s.exporterAddr)
+`, scrapeInterval, filepath.Join(repoRoot, "deploy", "prometheus", "rules.yml"), s.exporterAddr, fleetRules)
 	configFile := filepath.Join(dir, "prometheus.yml")
 	if err := os.WriteFile(configFile, []byte(config), 0o644); err != nil {
 		return nil, err
@@ -178,6 +185,21 @@ scrape_configs:
 	s.promStart = time.Now()
 	started = true
 	return s, nil
+}
+
+// fleetRulesEvery writes deploy/prometheus/fleet-rules.yml into dir with
+// every group's interval set to every, and returns the copy's path.
+func fleetRulesEvery(dir string, every time.Duration) (string, error) {
+	b, err := os.ReadFile(filepath.Join(repoRoot, "deploy", "prometheus", "fleet-rules.yml"))
+	if err != nil {
+		return "", err
+	}
+	text := strings.ReplaceAll(string(b), "interval: 1m", "interval: "+every.String())
+	if text == string(b) {
+		return "", errors.New("fleet-rules.yml: no group with interval: 1m to replace")
+	}
+	path := filepath.Join(dir, "fleet-rules.yml")
+	return path, os.WriteFile(path, []byte(text), 0o644)
 }
 
 func freePort() (string, error) {
