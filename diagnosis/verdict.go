@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 )
 
 // Cause is why an allocation failed. The set is stable: dashboards, alerts
@@ -257,6 +258,7 @@ func (f *facts) contextsMaterial() bool {
 // conditions hold contribute.
 func Diagnose(in Input) Verdict {
 	f := derive(in)
+	steadily := f.growingSteadily()
 	held := map[Cause]bool{
 		TooLarge:      f.hasAllowed && in.Requested > f.allowed,
 		Fragmentation: f.hasInactive && in.Requested > 0 && f.inactive >= in.Requested,
@@ -264,7 +266,7 @@ func Diagnose(in Input) Verdict {
 		// Past its own limit, or alone (nearly) on a GPU without room:
 		// the GPU is then its limit.
 		Limit:      f.overLimit || (f.noRoom && f.hasReserved && f.others.used < f.shortfall),
-		Growth:     f.growing(),
+		Growth:     steadily || f.jumped(),
 		Neighbours: f.noRoom && f.others.n > 0 && f.others.used > 0,
 		Contexts:   f.noRoom && f.contextsMaterial() && f.contexts >= f.shortfall,
 	}
@@ -272,14 +274,19 @@ func Diagnose(in Input) Verdict {
 	switch {
 	case held[TooLarge]:
 		cause = TooLarge
-	case held[Fragmentation]:
-		cause = Fragmentation
 	case held[Leak]:
 		cause = Leak
 	case held[Limit] && !f.noRoom:
+		// Past its own limit with the GPU's room: the limit, unless the
+		// request would have fitted in its own cache.
 		cause = Limit
-	case held[Growth]:
+		if held[Fragmentation] {
+			cause = Fragmentation
+		}
+	case steadily:
 		cause = Growth
+	case held[Fragmentation]:
+		cause = Fragmentation
 	case f.noRoom && held[Neighbours] && f.others.inactive >= f.shortfall:
 		// Cache another process could hand back covers the shortfall.
 		cause = Neighbours
@@ -287,6 +294,8 @@ func Diagnose(in Input) Verdict {
 		cause = Contexts
 	case held[Neighbours]:
 		cause = Neighbours
+	case held[Growth]:
+		cause = Growth
 	case held[Limit]:
 		cause = Limit
 	}
@@ -305,44 +314,69 @@ func Diagnose(in Input) Verdict {
 	return v
 }
 
-func (f *facts) leaking() bool {
-	t := f.in.Trend
-	if !t.OK() {
-		return false
-	}
-	tol := uint64(minMaterial / 2)
-	for i := 1; i < len(t.Floors); i++ {
-		if t.Floors[i]+tol < t.Floors[i-1] {
-			return false // the floor fell back: not kept from step to step
+// minClimb is the least trend that can show a climb of the floor or the
+// peak: a model's load, which raises active memory for up to a minute
+// from a process's start, is not a leak.
+const minClimb = 2 * time.Minute
+
+// climbing says whether v never fell back by more than fallTol, rose by more
+// than tol in at least two stretches, and by need in all; to the end
+// asks that it also rose in the last stretch (still climbing at the
+// failure: a model's load followed by flat training is not).
+func climbing(v [Segments]uint64, fallTol, tol, need uint64, toTheEnd bool) bool {
+	ups := 0
+	for i := 1; i < Segments; i++ {
+		if v[i]+fallTol < v[i-1] {
+			return false
+		}
+		if v[i] > v[i-1]+tol {
+			ups++
 		}
 	}
-	rise := t.FloorRise()
-	return rise >= minMaterial && rise >= f.overshoot
+	if toTheEnd && v[Segments-1] <= v[Segments-2]+tol {
+		return false
+	}
+	return ups >= 2 && rise(v[0], v[Segments-1]) >= need
 }
 
-func (f *facts) growing() bool {
+// leaking: the floor of active memory climbed over the minutes before,
+// by at least what the request was short of.
+func (f *facts) leaking() bool {
 	t := f.in.Trend
-	if !t.OK() {
+	if t.Span < minClimb {
+		return false
+	}
+	return climbing(t.Floors, minMaterial/8, minMaterial/8, max(uint64(minMaterial), f.overshoot), true)
+}
+
+// growingSteadily: the peak climbed over the minutes before while the
+// floor stayed flat: the last stretch's peak is the highest (within a
+// step's few per cent of spread) and at least a fortieth above the
+// first's.
+func (f *facts) growingSteadily() bool {
+	t := f.in.Trend
+	if t.Span < minClimb {
+		return false
+	}
+	top := t.Peak()
+	last := t.Peaks[Segments-1]
+	peakRise := t.PeakRise()
+	return last+top/32 >= top && peakRise >= max(uint64(minMaterial), top/40) && t.FloorRise() < peakRise/4
+}
+
+// jumped: over a flat floor, the failing step asked for more than any
+// step before (at least its tensors active at the failure plus the
+// request): an evaluation without torch.no_grad(), a longer sequence.
+func (f *facts) jumped() bool {
+	t := f.in.Trend
+	if !t.OK() || f.in.Self.Active == nil {
 		return false
 	}
 	need := max(uint64(minMaterial), f.overshoot)
-	floorRise := t.FloorRise()
-	peakRise := t.PeakRise()
-	if peakRise >= need && floorRise < peakRise/4 {
-		return true
-	}
-	// The failing step asked for more than any step before: at least its
-	// tensors active at the failure plus the request.
-	if f.in.Self.Active == nil {
-		return false
-	}
 	demand := *f.in.Self.Active + f.in.Requested
 	top := t.Peak()
-	jump := uint64(0)
-	if demand > top {
-		jump = demand - top
-	}
-	return jump >= max(need, top/10) && floorRise < max(uint64(minMaterial), jump/4)
+	jump := rise(top, demand)
+	return jump >= max(need, top/10) && t.FloorRise() < max(uint64(minMaterial), jump/4)
 }
 
 func (f *facts) figures(cause Cause) Figures {

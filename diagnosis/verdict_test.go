@@ -65,10 +65,10 @@ func TestDiagnoseTheFiveKindsMeasuredOnAnH200(t *testing.T) {
 	}, {
 		// The seed's list append, 128 MiB a step, under a 5.6 GiB limit.
 		name:         "leak",
-		in:           h200(Input{Requested: 128 * MiB, Limit: p(5734 * MiB), Free: p(130 * GiB_), Self: self(5700*MiB, 5690*MiB), Trend: trend(45*time.Second, 1*GiB_, 5*GiB_, 1*GiB_+128*MiB, 5*GiB_+128*MiB)}),
+		in:           h200(Input{Requested: 128 * MiB, Limit: p(5734 * MiB), Free: p(130 * GiB_), Self: self(5700*MiB, 5690*MiB), Trend: trend(130*time.Second, 1*GiB_, 5*GiB_, 1*GiB_+128*MiB, 5*GiB_+128*MiB)}),
 		cause:        Leak,
 		contributing: []Cause{Limit},
-		says:         []string{"floor climbed from 1.00 GiB to 5.00 GiB", "45 s"},
+		says:         []string{"floor climbed from 1.00 GiB to 5.00 GiB", "2 minutes"},
 	}, {
 		// One 200 GiB request on a 140 GiB GPU.
 		name:  "too large",
