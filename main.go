@@ -175,21 +175,15 @@ func listen(o *options) ([]net.Listener, error) {
 			closeAll(ls)
 			return nil, fmt.Errorf("--web.listen-address=%s: vsock addresses need --web.systemd-socket off and are not supported by this exporter", addr)
 		}
-		l, err := httpListenConfig.Listen(context.Background(), "tcp", addr)
+		l, err := connshed.Listen(addr, o.webMaxConnections)
 		if err != nil {
 			closeAll(ls)
 			return nil, fmt.Errorf("--web.listen-address=%s: %w", addr, err)
 		}
-		ls = append(ls, connshed.NewListener(l, o.webMaxConnections))
+		ls = append(ls, l)
 	}
 	return ls, nil
 }
-
-// httpListenConfig makes the HTTP listeners. Their connections get no TCP
-// keep-alive probes: the server's deadlines and idle timeout already close
-// a connection whose client is gone, and turning the probes on costs
-// system calls on every accepted connection, which a flood multiplies.
-var httpListenConfig = net.ListenConfig{KeepAlive: -1}
 
 func closeAll(ls []net.Listener) {
 	for _, l := range ls {
@@ -208,11 +202,11 @@ type daemon struct {
 func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, error) {
 	var healthListener net.Listener
 	if o.healthAddress != "" {
-		l, err := httpListenConfig.Listen(context.Background(), "tcp", o.healthAddress)
+		l, err := connshed.Listen(o.healthAddress, healthMaxConnections)
 		if err != nil {
 			return nil, fmt.Errorf("--web.health-address=%s: %w", o.healthAddress, err)
 		}
-		healthListener = connshed.NewListener(l, healthMaxConnections)
+		healthListener = l
 	}
 	closeHealth := func() {
 		if healthListener != nil {

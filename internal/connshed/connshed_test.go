@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -265,5 +266,54 @@ func TestABodyIsRefusedWithoutWaitingForIt(t *testing.T) {
 				t.Errorf("connection closed after the answer: %v (%v), want %v", closed, err, tc.closed)
 			}
 		})
+	}
+}
+
+// TestListenHandsOverAConnectionOnceItsClientSpeaks: a client that sends
+// nothing is not accepted (Linux), so a request sent with its connection is
+// always there to be read when the connection reaches the cap's judgement.
+func TestListenHandsOverAConnectionOnceItsClientSpeaks(t *testing.T) {
+	t.Parallel()
+	if runtime.GOOS != "linux" {
+		t.Skip("TCP_DEFER_ACCEPT is Linux's")
+	}
+	l, err := Listen("127.0.0.1:0", 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	silent, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	got := make(chan net.Conn, 2)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			got <- c
+		}
+	}()
+	select {
+	case <-got:
+		t.Fatalf("a connection that sent nothing was accepted at once")
+	case <-time.After(300 * time.Millisecond):
+	}
+	speaking, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer speaking.Close()
+	io.WriteString(speaking, "GET / HTTP/1.1\r\n")
+	select {
+	case c := <-got:
+		if c.LocalAddr().String() != speaking.RemoteAddr().String() || c.RemoteAddr().String() != speaking.LocalAddr().String() {
+			t.Errorf("accepted %s, want the client that spoke (%s)", c.RemoteAddr(), speaking.LocalAddr())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("the client that sent its request was not accepted")
 	}
 }
