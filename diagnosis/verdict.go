@@ -374,9 +374,16 @@ func (f *facts) jumped() bool {
 	}
 	need := max(uint64(minMaterial), f.overshoot)
 	demand := *f.in.Self.Active + f.in.Requested
-	top := t.Peak()
+	// Before the last stretch, which may hold the failing step itself.
+	var top uint64
+	for _, p := range t.Peaks[:Segments-1] {
+		top = max(top, p)
+	}
 	jump := rise(top, demand)
-	return jump >= max(need, top/10) && t.FloorRise() < max(uint64(minMaterial), jump/4)
+	// The floor before the last stretch: the failing step may have held
+	// its tensors through all of it (an evaluation of several seconds).
+	floorRise := rise(t.Floors[0], t.Floors[Segments-2])
+	return jump >= max(need, top/10) && floorRise < max(uint64(minMaterial), jump/4)
 }
 
 func (f *facts) figures(cause Cause) Figures {

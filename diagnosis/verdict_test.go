@@ -150,7 +150,7 @@ func TestDiagnoseEdgesBetweenCauses(t *testing.T) {
 	}, {
 		name:  "a floor that fell back is no leak",
 		in:    h200(Input{Requested: 256 * MiB, Limit: p(20 * GiB_), Free: p(100 * GiB_), Self: self(20*GiB_, 20*GiB_), Trend: Trend{Span: time.Minute, Floors: [4]uint64{2 * GiB_, 10 * GiB_, 3 * GiB_, 19 * GiB_}, Peaks: [4]uint64{3 * GiB_, 11 * GiB_, 4 * GiB_, 20 * GiB_}}}),
-		cause: Limit,
+		cause: Limit, contributing: []Cause{Growth},
 	}, {
 		name:         "peak climbing over a flat floor, no limit, alone: growth",
 		in:           h200(Input{Requested: 4 * GiB_, Free: p(2 * GiB_), Self: self(136*GiB_, 134*GiB_), Trend: trend(4*time.Minute, 10*GiB_, 10*GiB_, 60*GiB_, 130*GiB_)}),
@@ -159,6 +159,15 @@ func TestDiagnoseEdgesBetweenCauses(t *testing.T) {
 	}, {
 		name:         "a step larger than any before over a flat floor: growth",
 		in:           h200(Input{Requested: 30 * GiB_, Free: p(10 * GiB_), Self: self(70*GiB_, 60*GiB_+1), Trend: flat}),
+		cause:        Growth,
+		contributing: []Cause{Limit},
+	}, {
+		// On the H200: 25 s of training at a 7 GiB peak over 2 GiB of
+		// weights, then an evaluation without no_grad whose forward
+		// passes filled the last quarter of the trend.
+		name: "an evaluation that filled the last stretch: growth",
+		in: h200(Input{Requested: 8 * GiB_, Free: p(547 * MiB), Self: self(138*GiB_+480*MiB, 138*GiB_),
+			Trend: Trend{Span: 30 * time.Second, Floors: [4]uint64{2 * GiB_, 2 * GiB_, 2 * GiB_, 70 * GiB_}, Peaks: [4]uint64{7 * GiB_, 7 * GiB_, 7 * GiB_, 138 * GiB_}}}),
 		cause:        Growth,
 		contributing: []Cause{Limit},
 	}, {
