@@ -100,7 +100,7 @@ func (s *Server) handle(cs *connState, acceptedAt time.Duration) {
 		s.connectionsClosed.WithLabelValues(*r).Inc()
 		err = fmt.Errorf("%s: %w", *r, err)
 	}
-	s.store.release(conn.entry, s.now())
+	s.store.release(conn.entry, time.Now())
 	level.Debug(conn.logger).Log("msg", "allocstats connection closed", "reason", err)
 }
 
@@ -189,7 +189,7 @@ func (cn *connection) handleLine(line []byte) error {
 			cn.draining = true
 		}
 	}
-	now := s.now()
+	now := time.Now()
 	switch msg.Type {
 	case TypeHello:
 		err = cn.bind(s.store.hello(cn.entry, cn.peer.id, msg.Hello))

@@ -156,11 +156,18 @@ const clockTicksPerSecond = 100
 // the top of this file). acceptedAt is CLOCK_BOOTTIME when c was accepted,
 // for the check without a pidfd.
 func (s *Server) identifyPeer(c kernelConn, acceptedAt time.Duration) (*peer, error) {
-	kp, err := s.kernelPeer(c)
+	kp, err := peerCredentials(c)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errPeerCredentials, err)
 	}
-	info, procErr := s.readProcInfo(kp.pid)
+	procPath := s.cfg.ProcPath
+	return identify(kp, func(pid uint32) (procInfo, error) { return readProcInfo(procPath, pid) }, acceptedAt)
+}
+
+// identify decides who the peer kp is from what readProc says about its
+// pid, read after the kernel named it.
+func identify(kp kernelPeerInfo, readProc func(pid uint32) (procInfo, error), acceptedAt time.Duration) (*peer, error) {
+	info, procErr := readProc(kp.pid)
 	if kp.pidfd != nil {
 		// After the read: if the process still runs, the pid was never
 		// freed since it connected, so /proc described the peer.
@@ -196,7 +203,7 @@ func (s *Server) identifyPeer(c kernelConn, acceptedAt time.Duration) (*peer, er
 		p.alive, p.release, p.sweep = fd.alive, fd.close, true
 	} else {
 		p.alive = func() bool {
-			now, err := s.readProcInfo(id.PID)
+			now, err := readProc(id.PID)
 			return err == nil && now.startTime == id.StartTime && now.euid == id.UID
 		}
 	}

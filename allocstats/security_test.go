@@ -88,13 +88,8 @@ func TestIdentifyPeer(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			st := tt.prepare(t)
-			srv, err := NewServer(Config{}, NewStore(0), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			srv.kernelPeer = func(kernelConn) (kernelPeerInfo, error) { return st.kp, nil }
-			srv.readProcInfo = func(uint32) (procInfo, error) { return st.proc, st.procErr }
-			p, err := srv.identifyPeer(nil, st.accepted)
+			readProc := func(uint32) (procInfo, error) { return st.proc, st.procErr }
+			p, err := identify(st.kp, readProc, st.accepted)
 			if tt.wantErr == nil {
 				if err != nil {
 					t.Fatalf("identifyPeer: %v, want the peer identified", err)

@@ -57,9 +57,6 @@ type Config struct {
 	// ProcPath is procfs, where a peer's start time and uid are read
 	// (the host's /proc: the daemon runs in the host PID namespace).
 	ProcPath string
-	// StartTime, when set, replaces the start time read from ProcPath (the
-	// uid is still read there). For tests that simulate a reused pid.
-	StartTime func(pid uint32) (uint64, error)
 }
 
 func (c *Config) setDefaults() error {
@@ -136,12 +133,12 @@ type Server struct {
 	// connections it opens, floods the log.
 	warnMessage, warnRefused, warnLimit, warnAccept, warnSocket *ratelog.Limiter
 
-	// Replaced in tests.
-	now          func() time.Time
-	identify     func(c kernelConn, acceptedAt time.Duration) (*peer, error)
-	kernelPeer   func(kernelConn) (kernelPeerInfo, error)
-	readProcInfo func(pid uint32) (procInfo, error)
-	checkEvery   time.Duration
+	// identify says who is at the other end of a connection: identifyPeer,
+	// from the kernel's peer credentials and ProcPath.
+	identify func(c kernelConn, acceptedAt time.Duration) (*peer, error)
+	// checkEvery is the period of the check of connections and socket
+	// file (checkInterval).
+	checkEvery time.Duration
 
 	mu       sync.Mutex
 	listener *net.UnixListener
@@ -239,20 +236,11 @@ func NewServer(cfg Config, store *Store, logger log.Logger) (*Server, error) {
 		warnLimit:   ratelog.Path("allocstats_limit", 10, 6*time.Second),
 		warnAccept:  ratelog.Path("allocstats_accept", 5, 10*time.Second),
 		warnSocket:  ratelog.Path("allocstats_socket", 5, 10*time.Second),
-		now:         time.Now,
-		kernelPeer:  peerCredentials,
 		checkEvery:  checkInterval,
 		conns:       make(map[*connState]struct{}),
 		perUID:      make(map[uint32]int),
 	}
 	s.identify = s.identifyPeer
-	s.readProcInfo = func(pid uint32) (procInfo, error) {
-		info, err := readProcInfo(s.cfg.ProcPath, pid)
-		if err == nil && s.cfg.StartTime != nil {
-			info.startTime, err = s.cfg.StartTime(pid)
-		}
-		return info, err
-	}
 	for _, l := range messageLabels {
 		s.messages.WithLabelValues(l[0], l[1])
 	}

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +19,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/gpumem/gpumem_exporter/internal/procfixture"
 )
 
 // testTotalBytes is the memory of the test devices (an H200's).
@@ -195,10 +198,17 @@ func TestServerAnswersHelloWithWelcome(t *testing.T) {
 	}
 }
 
+// writeSelf writes a procfs under dir in which this process started at
+// start (clock ticks since boot), under its own uid.
+func writeSelf(t *testing.T, dir string, start uint64) {
+	t.Helper()
+	procfixture.Write(t, dir, uint32(os.Getpid()), procfixture.Process{Comm: "go-test", Start: start, UID: strconv.Itoa(os.Geteuid())})
+}
+
 func TestServerTakesIdentityFromTheKernelNotTheMessage(t *testing.T) {
-	ts := startServer(t, nil, func(s *Server) {
-		s.readProcInfo = func(pid uint32) (procInfo, error) { return procInfo{startTime: 777, euid: uint32(os.Getuid())}, nil }
-	})
+	procPath := t.TempDir()
+	writeSelf(t, procPath, 777)
+	ts := startServer(t, func(c *Config) { c.ProcPath = procPath })
 	c := dial(t, ts.path)
 	c.send(`{"v":1,"type":"stats","pid":1,"uid":0,"devices":[{"uuid":"` + testUUIDHex + `","reserved_bytes":918,"pid":1}]}`)
 	c.hello()
@@ -215,17 +225,15 @@ func TestServerTakesIdentityFromTheKernelNotTheMessage(t *testing.T) {
 }
 
 func TestServerReusedPIDDoesNotInheritSeries(t *testing.T) {
-	var starts atomic.Uint64
-	ts := startServer(t, nil, func(s *Server) {
-		s.readProcInfo = func(pid uint32) (procInfo, error) {
-			return procInfo{startTime: 1000 + starts.Add(1), euid: uint32(os.Getuid())}, nil
-		}
-	})
+	procPath := t.TempDir()
+	writeSelf(t, procPath, 1001)
+	ts := startServer(t, func(c *Config) { c.ProcPath = procPath })
 	pid := uint32(os.Getpid())
 	old := dial(t, ts.path)
 	old.send(statsLine(testUUID, 5, `,"ooms":5`))
 	old.hello()
 
+	writeSelf(t, procPath, 1002)
 	renewed := dial(t, ts.path) // the same pid with a new start time
 	renewed.send(statsLine(testUUID, 7, `,"ooms":1`))
 	renewed.hello()
@@ -463,7 +471,9 @@ func TestServerEnforcesMaxConnections(t *testing.T) {
 
 func TestServerClosesConnectionsWithoutPeerCredentials(t *testing.T) {
 	ts := startServer(t, nil, func(s *Server) {
-		s.kernelPeer = func(kernelConn) (kernelPeerInfo, error) { return kernelPeerInfo{}, errors.New("no credentials") }
+		s.identify = func(kernelConn, time.Duration) (*peer, error) {
+			return nil, fmt.Errorf("%w: %w", errPeerCredentials, errors.New("no credentials"))
+		}
 	})
 	dial(t, ts.path).expectClosed(5 * time.Second)
 	eventually(t, "the rejection is counted", func() bool {

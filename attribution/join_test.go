@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 
 	"github.com/gpumem/gpumem_exporter/allocstats"
 	"github.com/gpumem/gpumem_exporter/internal/mocknode"
+	"github.com/gpumem/gpumem_exporter/internal/procfixture"
 	"github.com/gpumem/gpumem_exporter/nvmlpoll"
 	"github.com/gpumem/gpumem_exporter/workload"
 )
@@ -141,7 +143,7 @@ func TestJoinMatchesAMIGReportSpelledGPU(t *testing.T) {
 
 // TestPidReuseGuardOverTheSocket drives the guard end to end: this test
 // process reports over a real allocstats socket, the server records the
-// start time X its StartTime hook gives, NVML lists this pid, and the
+// start time X its procfs gives, NVML lists this pid, and the
 // resolver says the live pid started at Y.
 func TestPidReuseGuardOverTheSocket(t *testing.T) {
 	const reportedStart = 111
@@ -198,8 +200,8 @@ var (
 
 const GiB = mocknode.GiB
 
-// reportOverSocket serves a store on a temporary socket whose StartTime
-// hook says start, and pushes a hello and one stats message from this
+// reportOverSocket serves a store on a temporary socket whose procfs says
+// this process started at start, and pushes a hello and one stats message from this
 // process for GPU 0.
 func reportOverSocket(t *testing.T, pid uint32, start uint64) *allocstats.Store {
 	t.Helper()
@@ -208,11 +210,13 @@ func reportOverSocket(t *testing.T, pid uint32, start uint64) *allocstats.Store 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
+	procPath := filepath.Join(dir, "proc")
+	procfixture.Write(t, procPath, pid, procfixture.Process{Comm: "go-test", Start: start, UID: strconv.Itoa(os.Geteuid())})
 	store := allocstats.NewStore(time.Hour)
 	srv, err := allocstats.NewServer(allocstats.Config{
 		SocketPath:     filepath.Join(dir, "s.sock"),
 		SocketExplicit: true,
-		StartTime:      func(uint32) (uint64, error) { return start, nil },
+		ProcPath:       procPath,
 	}, store, log.NewNopLogger())
 	if err != nil {
 		t.Fatal(err)
@@ -245,7 +249,7 @@ func reportOverSocket(t *testing.T, pid uint32, start uint64) *allocstats.Store 
 	for {
 		if p, ok := store.Process(pid); ok && len(p.Devices) == 1 && p.Devices[0].HasStats {
 			if p.StartTime != start {
-				t.Fatalf("store entry start time = %d, want %d from the server's hook", p.StartTime, start)
+				t.Fatalf("store entry start time = %d, want %d from the server's procfs", p.StartTime, start)
 			}
 			return store
 		}
