@@ -59,8 +59,11 @@ const (
 // in time for the kubelet: none past the liveness timeout, never
 // readinessFailures in a row past the readiness timeout. (A probe opens a
 // new connection, which waits in the kernel's accept queue behind the
-// flood's; on a loaded machine that wait alone can pass a second.)
+// flood's; on a loaded machine that wait alone can pass a second. The
+// readiness check is left out against an exporter built with the race
+// detector, which multiplies what each connection costs it.)
 func TestSecurityHTTPStarvation(t *testing.T) {
+	_, race := exporterBinary(t)
 	duration := envDuration(t, "GPUMEM_ATTACK_HTTP_DURATION", 6*time.Second)
 	interval := envDuration(t, "GPUMEM_ATTACK_HTTP_INTERVAL", time.Second)
 	for _, auth := range []bool{false, true} {
@@ -112,7 +115,7 @@ func TestSecurityHTTPStarvation(t *testing.T) {
 				if prober.failed > 0 || prober.ok == 0 {
 					t.Errorf("%d of %d probes failed under the %s attack: %s", prober.failed, prober.ok+prober.failed, a.name, strings.Join(prober.errs, "; "))
 				}
-				if prober.lateRun >= readinessFailures {
+				if prober.lateRun >= readinessFailures && !race {
 					t.Errorf("%d probes in a row took over %s under the %s attack: the kubelet would mark the exporter unready", prober.lateRun, readinessTimeout, a.name)
 				}
 				if n := e.FDs(t); n > 64+8+128 {
