@@ -84,7 +84,6 @@ type Poller struct {
 	pollDuration prometheus.Histogram
 	errors       *prometheus.CounterVec
 	upDesc       *prometheus.Desc
-	mu           sync.Mutex // serialises Poll for tests that call it directly
 
 	// Fresh's bookkeeping: polls started and finished, and a channel that
 	// wakes Run for an early poll.
@@ -354,11 +353,10 @@ func (p *Poller) countError(call string, ret nvml.Return) {
 // errLost means the driver went away; the poller initialises NVML again.
 var errLost = errors.New("NVML is no longer initialised")
 
-// Poll reads every device once and publishes a snapshot. NVML must be
-// initialised (Run does it).
+// Poll reads every device once and publishes a snapshot, initialising
+// NVML first if needed. It runs in the poll goroutine: Run calls it, and
+// a caller without Run must not call it concurrently.
 func (p *Poller) Poll() (err error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	p.genMu.Lock()
 	p.started++
 	p.readLists = p.forceLists || p.cfg.ProcessRefresh <= 0
