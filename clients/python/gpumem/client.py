@@ -291,13 +291,15 @@ class Client(object):
             return
         if msg.get("type") != "welcome":
             return
+        # What a daemon answers is untrusted input too: the server string is
+        # cut to printable text, the interval bounded on both sides.
         self._daemon_verdicts = msg.get("oom_verdict") is True
         server = msg.get("server")
         if isinstance(server, str):
-            self.server = server
+            self.server = "".join(ch if ch.isprintable() else "?" for ch in server[:64])
         ms = protocol.non_negative_int(msg.get("interval_ms"))
         if ms and not self._interval_fixed:
-            self.interval = max(ms / 1000.0, config.MIN_INTERVAL)
+            self.interval = min(max(ms / 1000.0, config.MIN_INTERVAL), config.MAX_INTERVAL)
 
     def _handle_verdict(self, msg):
         v = _verdict.parse(msg)

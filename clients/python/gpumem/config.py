@@ -9,6 +9,7 @@ log = logging.getLogger("gpumem")
 DEFAULT_SOCKET = "/run/gpumem/allocstats.sock"
 DEFAULT_INTERVAL = 1.0
 MIN_INTERVAL = 0.05
+MAX_INTERVAL = 60.0  # the most a daemon's welcome may set (the idle timeout is minutes)
 
 _TRUE = ("1", "true", "yes", "on")
 _warned_interval = False

@@ -48,6 +48,17 @@ class WireTest(GpumemTestCase):
         wait_until(lambda: c.server == "test" and d.messages("stats"), what="welcome and stats")
         self.assertEqual(c.interval, 0.05)
 
+    def test_a_strange_welcome_is_bounded(self):
+        d = self.daemon(welcome={"v": 1, "type": "welcome", "interval_ms": 10 ** 12,
+                                 "server": "\x1b[2J" + "x" * 10000, "oom_verdict": "yes"})
+        self.install_torch({0: {"stats": torch_stats(1)}})
+        c = self.client(interval=None)
+        wait_until(lambda: c.server is not None and d.messages("stats"), what="the welcome")
+        self.assertEqual(c.interval, config.MAX_INTERVAL)
+        self.assertLessEqual(len(c.server), 64)
+        self.assertNotIn("\x1b", c.server)
+        self.assertFalse(c._daemon_verdicts, "only a JSON true announces verdicts")
+
     def test_no_framework_or_no_device_means_no_connection(self):
         d = self.daemon()
         c = self.client()
