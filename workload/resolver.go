@@ -39,13 +39,11 @@ type ProcResolver struct {
 	refreshMu sync.Mutex // serialises Refresh
 	cache     atomic.Pointer[map[uint32]cacheEntry]
 	capWarned bool // guarded by refreshMu
-	maxCached int  // MaxCachedProcesses; smaller in tests
 
 	// Guarded by refreshMu.
-	watch    bool   // pidfds name the processes of procPath
-	maxFDs   int    // most pidfds held
-	openFDs  int    // pidfds held now
-	statRead uint64 // /proc/<pid>/stat reads, for tests
+	watch   bool // pidfds name the processes of procPath
+	maxFDs  int  // most pidfds held
+	openFDs int  // pidfds held now
 }
 
 type cacheEntry struct {
@@ -70,12 +68,11 @@ func NewProcResolver(procPath string, pods PodLookup, logger log.Logger) *ProcRe
 		logger = log.NewNopLogger()
 	}
 	r := &ProcResolver{
-		procPath:  procPath,
-		pods:      pods,
-		logger:    logger,
-		maxCached: MaxCachedProcesses,
-		watch:     sameNamespace(procPath),
-		maxFDs:    MaxPidfds,
+		procPath: procPath,
+		pods:     pods,
+		logger:   logger,
+		watch:    sameNamespace(procPath),
+		maxFDs:   MaxPidfds,
 	}
 	empty := map[uint32]cacheEntry{}
 	r.cache.Store(&empty)
@@ -121,12 +118,12 @@ func (r *ProcResolver) Refresh(pids []uint32) {
 	r.refreshMu.Lock()
 	defer r.refreshMu.Unlock()
 
-	if len(pids) > r.maxCached {
+	if len(pids) > MaxCachedProcesses {
 		if !r.capWarned {
-			level.Warn(r.logger).Log("msg", "too many processes to resolve; resolving the first ones only", "processes", len(pids), "max", r.maxCached)
+			level.Warn(r.logger).Log("msg", "too many processes to resolve; resolving the first ones only", "processes", len(pids), "max", MaxCachedProcesses)
 			r.capWarned = true
 		}
-		pids = pids[:r.maxCached]
+		pids = pids[:MaxCachedProcesses]
 	}
 	old := *r.cache.Load()
 	exited := r.exited(old)
@@ -175,7 +172,6 @@ func (r *ProcResolver) resolve(pid uint32, old map[uint32]cacheEntry, exited boo
 	if known && prev.pidfd >= 0 && !exited {
 		return prev
 	}
-	r.statRead++
 	start, err := StartTime(r.procPath, pid)
 	if err != nil {
 		r.logReadError(pid, "stat", err, known && prev.failed)
@@ -213,7 +209,6 @@ func (r *ProcResolver) open(pid uint32, start uint64) int {
 		}
 		return -1
 	}
-	r.statRead++
 	if again, err := StartTime(r.procPath, pid); err != nil || again != start {
 		closePidfd(fd)
 		return -1
