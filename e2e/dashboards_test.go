@@ -514,6 +514,18 @@ func TestOOMPanelsCountEachErrorOnce(t *testing.T) {
 
 	end := time.Now().Truncate(time.Millisecond)
 	s.waitIngestedAfter(t, ctx, end)
+	// Count up to the moment of an evaluation of the workload rules: the
+	// panels that join the counters to process:gpumem_workload:info see a
+	// process scraped after the last evaluation before their query time
+	// only at the next, and the rules' group can take seconds to evaluate.
+	res, err := s.query(ctx, "max(timestamp(process:gpumem_workload:info))", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) == 0 || len(res[0].samples) == 0 {
+		t.Fatal("no process:gpumem_workload:info")
+	}
+	end = time.UnixMilli(int64(math.Round(res[0].samples[0].v * 1000)))
 	full := end.Sub(s.promStart).Truncate(time.Second) + time.Second
 	// The recorded counters hold every error of the raw ones: all those
 	// scraped up to an evaluation before end, none scraped after end.
