@@ -3,6 +3,8 @@ package nvmlpoll
 import (
 	"testing"
 	"time"
+
+	"github.com/gpumem/gpumem_exporter/internal/fieldtest"
 )
 
 func TestSameReadingsComparesEverythingButTime(t *testing.T) {
@@ -46,5 +48,28 @@ func TestSameReadingsComparesEverythingButTime(t *testing.T) {
 	var none *Snapshot
 	if !none.SameReadings(nil) || none.SameReadings(base()) || base().SameReadings(nil) {
 		t.Error("nil snapshots: only two nils read the same")
+	}
+}
+
+// Every field of a snapshot, its devices and their processes counts in
+// SameReadings, Time alone aside: a field added without being compared
+// would let the scrape cache and the OOM reports' observe cache keep
+// readings that changed.
+func TestSameReadingsSeesEveryField(t *testing.T) {
+	base, variants, unexported := fieldtest.Fields[Snapshot]()
+	if len(unexported) > 0 {
+		t.Errorf("unexported fields %q: SameReadings must compare them, and this test cannot vary them", unexported)
+	}
+	if !base.SameReadings(&base) {
+		t.Fatal("a snapshot does not read the same as itself")
+	}
+	for _, v := range variants {
+		want := v.Path == "Time"
+		if got := base.SameReadings(&v.Value); got != want {
+			t.Errorf("%s changed: SameReadings = %v, want %v", v.Path, got, want)
+		}
+		if got := v.Value.SameReadings(&base); got != want {
+			t.Errorf("%s changed, compared the other way: SameReadings = %v, want %v", v.Path, got, want)
+		}
 	}
 }
