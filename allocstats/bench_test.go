@@ -2,6 +2,7 @@ package allocstats
 
 import (
 	"fmt"
+	"github.com/gpumem/gpumem_exporter/allocstats/wire"
 	"strings"
 	"testing"
 	"time"
@@ -41,7 +42,7 @@ func BenchmarkDecodeStats(b *testing.B) {
 	b.SetBytes(int64(len(line)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := DecodeLine(line, DefaultMaxDevices); err != nil {
+		if _, err := wire.DecodeLine(line, DefaultMaxDevices); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gpumem/gpumem_exporter/allocstats/wire"
 	"io"
 	"os"
 	"sync"
@@ -132,8 +133,8 @@ func (cn *connection) serve() error {
 		}
 		switch {
 		case errors.Is(err, errLineTooLong):
-			s.messages.WithLabelValues(TypeUnknown, ResultOversize).Inc()
-			cn.complain(TypeUnknown, ResultOversize, fmt.Errorf("line over %d bytes, closing the connection", s.cfg.MaxMessageBytes))
+			s.messages.WithLabelValues(wire.TypeUnknown, wire.ResultOversize).Inc()
+			cn.complain(wire.TypeUnknown, wire.ResultOversize, fmt.Errorf("line over %d bytes, closing the connection", s.cfg.MaxMessageBytes))
 			return &errClose{closeOversize, err}
 		case errors.Is(err, errBufferBudget):
 			s.warnLimit.Warn(cn.logger).Log("msg", "Closing an allocstats connection: the memory budget for unfinished lines is spent and it held the most",
@@ -159,11 +160,11 @@ func (cn *connection) serve() error {
 // handleLine decodes and applies one line. An error closes the connection.
 func (cn *connection) handleLine(line []byte) error {
 	s := cn.s
-	msg, err := DecodeLine(line, s.cfg.MaxDevices)
+	msg, err := wire.DecodeLine(line, s.cfg.MaxDevices)
 	if err != nil {
-		var de *DecodeError
+		var de *wire.DecodeError
 		if !errors.As(err, &de) {
-			de = &DecodeError{Type: TypeUnknown, Result: ResultMalformed, Reason: err.Error()}
+			de = &wire.DecodeError{Type: wire.TypeUnknown, Result: wire.ResultMalformed, Reason: err.Error()}
 		}
 		s.messages.WithLabelValues(de.Type, de.Result).Inc()
 		cn.complain(de.Type, de.Result, err)
@@ -183,7 +184,7 @@ func (cn *connection) handleLine(line []byte) error {
 			cn.aliveAt = cn.lr.reads
 		} else {
 			if cn.entry == nil || !peerClosed(cn.cs.c) {
-				s.messages.WithLabelValues(msg.Type, ResultRejected).Inc()
+				s.messages.WithLabelValues(msg.Type, wire.ResultRejected).Inc()
 				return &errClose{closeProcessGone, fmt.Errorf("process %d exited; its connection is closed", cn.peer.id.PID)}
 			}
 			cn.draining = true
@@ -191,19 +192,19 @@ func (cn *connection) handleLine(line []byte) error {
 	}
 	now := time.Now()
 	switch msg.Type {
-	case TypeHello:
+	case wire.TypeHello:
 		err = cn.bind(s.store.hello(cn.entry, cn.peer.id, msg.Hello))
 		if err == nil && !cn.welcomed && !cn.draining {
-			s.messages.WithLabelValues(TypeHello, ResultOK).Inc()
+			s.messages.WithLabelValues(wire.TypeHello, wire.ResultOK).Inc()
 			cn.welcomed = true
 			cn.lastMessage = time.Now()
 			return cn.sendWelcome()
 		}
-	case TypeStats:
+	case wire.TypeStats:
 		if err = cn.canonicalDevices(msg.Devices); err == nil {
 			err = cn.bind(s.store.stats(cn.entry, cn.peer.id, msg.Devices, now, s.cfg.MaxDevices))
 		}
-	case TypeOOM:
+	case wire.TypeOOM:
 		canonical, total, ok := cn.knownDevice(msg.OOM.UUID)
 		if !ok {
 			err = fmt.Errorf("unknown device %s", msg.OOM.UUID)
@@ -291,8 +292,8 @@ func (cn *connection) knownDevice(uuid string) (string, uint64, bool) {
 }
 
 func (cn *connection) reject(typ string, err error) {
-	cn.s.messages.WithLabelValues(typ, ResultRejected).Inc()
-	cn.complain(typ, ResultRejected, err)
+	cn.s.messages.WithLabelValues(typ, wire.ResultRejected).Inc()
+	cn.complain(typ, wire.ResultRejected, err)
 }
 
 // complain logs a bad line, at warn within the node-wide budget of the
@@ -303,7 +304,7 @@ func (cn *connection) complain(typ, result string, err error) {
 
 func (cn *connection) sendWelcome() error {
 	b, err := json.Marshal(welcome{
-		V:          ProtocolVersion,
+		V:          wire.ProtocolVersion,
 		Type:       "welcome",
 		IntervalMS: cn.s.cfg.Interval.Milliseconds(),
 		Server:     cn.s.cfg.ServerVersion,

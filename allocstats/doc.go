@@ -11,13 +11,16 @@
 // lock one process at a time, and a connection's messages lock only its
 // own process (see Store).
 //
-// The lines are decoded by package wire (DecodeLine here is its
-// DecodeLine); the message types below are its types.
+// The lines are decoded by package wire. DeviceReport, OOMMessage and
+// Optional here are its types, for the packages that hand reports to the
+// store.
 package allocstats
 
 import "time"
 
-// Defaults of the server and store settings, for flag definitions.
+// Defaults of the server and store settings, stated here only: the
+// daemon's flags take their defaults from these, and Config (NewServer),
+// NewStore and SetProcessLimits apply them to settings left zero.
 const (
 	DefaultSocketPath      = "/run/gpumem/allocstats.sock"
 	DefaultSocketMode      = 0o666
@@ -25,7 +28,7 @@ const (
 	DefaultMaxConnections  = 1024
 	DefaultMaxDevices      = 64
 	DefaultIdleTimeout     = 5 * time.Minute
-	DefaultInterval        = time.Second
+	defaultInterval        = time.Second
 	DefaultTTL             = 2 * time.Minute
 
 	// DefaultMaxConnectionsPerUID bounds the connections of one uid, so
@@ -46,6 +49,6 @@ const (
 	// are still exported, so that a scrape sees their last values (an OOM
 	// raised just before the process exited).
 	DefaultOOMLinger = time.Minute
-	// DefaultProcPath is where the server reads a peer's start time and uid.
-	DefaultProcPath = "/proc"
+	// defaultProcPath is where the server reads a peer's start time and uid.
+	defaultProcPath = "/proc"
 )

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"github.com/gpumem/gpumem_exporter/allocstats/wire"
 	"io/fs"
 	"net"
 	"os"
@@ -63,7 +64,7 @@ func TestLinesWrittenRightBeforeExitAreAllApplied(t *testing.T) {
 	go func() {
 		defer pruning.Done()
 		alive := func(pid uint32, start uint64) bool {
-			info, err := readProcInfo(DefaultProcPath, pid)
+			info, err := readProcInfo(defaultProcPath, pid)
 			if errors.Is(err, fs.ErrNotExist) {
 				return false
 			}
@@ -100,13 +101,13 @@ func TestLinesWrittenRightBeforeExitAreAllApplied(t *testing.T) {
 	}
 	eventually(t, "every connection is closed", func() bool { return gaugeValue(t, ts.srv.connections) == 0 })
 	want := strconv.Itoa(children * exitWriterLines)
-	if got := strconv.Itoa(int(ts.messages(t, TypeStats, ResultOK))); got != want {
+	if got := strconv.Itoa(int(ts.messages(t, wire.TypeStats, wire.ResultOK))); got != want {
 		t.Errorf("stats applied: %s, want %s", got, want)
 	}
-	if got := ts.messages(t, TypeOOM, ResultOK); got != children {
+	if got := ts.messages(t, wire.TypeOOM, wire.ResultOK); got != children {
 		t.Errorf("oom applied: %v, want %d", got, children)
 	}
-	if got := ts.messages(t, TypeStats, ResultRejected) + ts.messages(t, TypeOOM, ResultRejected); got != 0 {
+	if got := ts.messages(t, wire.TypeStats, wire.ResultRejected) + ts.messages(t, wire.TypeOOM, wire.ResultRejected); got != 0 {
 		t.Errorf("%v lines rejected", got)
 	}
 	eventually(t, "the poller prunes every exited process", func() bool { return len(ts.store.PIDs()) == 0 })

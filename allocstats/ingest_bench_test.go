@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"github.com/gpumem/gpumem_exporter/allocstats/wire"
 	"net"
 	"os"
 	"path/filepath"
@@ -155,7 +156,7 @@ func benchIngest(b *testing.B, alive func() bool, perWrite int) {
 		}
 		return starts
 	}
-	before := benchCounter(b, srv, TypeStats, ResultOK)
+	before := benchCounter(b, srv, wire.TypeStats, wire.ResultOK)
 	b.ReportAllocs()
 	b.ResetTimer()
 	cpuStart := processCPU(b)
@@ -190,20 +191,20 @@ func benchIngest(b *testing.B, alive func() bool, perWrite int) {
 	wg.Wait()
 	want := before + float64(b.N)
 	deadline := time.Now().Add(time.Minute)
-	for benchCounter(b, srv, TypeStats, ResultOK) < want {
+	for benchCounter(b, srv, wire.TypeStats, wire.ResultOK) < want {
 		if time.Now().After(deadline) {
-			b.Fatalf("after a minute, %v of %d lines were accepted", benchCounter(b, srv, TypeStats, ResultOK)-before, b.N)
+			b.Fatalf("after a minute, %v of %d lines were accepted", benchCounter(b, srv, wire.TypeStats, wire.ResultOK)-before, b.N)
 		}
 		time.Sleep(100 * time.Microsecond)
 	}
 	elapsed := time.Since(start)
 	cpu := processCPU(b) - cpuStart
 	b.StopTimer()
-	if got := benchCounter(b, srv, TypeStats, ResultOK); got != want {
+	if got := benchCounter(b, srv, wire.TypeStats, wire.ResultOK); got != want {
 		b.Fatalf("accepted %v lines, sent %d", got-before, b.N)
 	}
-	for _, r := range []string{ResultRejected} {
-		if n := benchCounter(b, srv, TypeStats, r); n != 0 {
+	for _, r := range []string{wire.ResultRejected} {
+		if n := benchCounter(b, srv, wire.TypeStats, r); n != 0 {
 			b.Fatalf("%v lines counted %s", n, r)
 		}
 	}
@@ -294,7 +295,7 @@ func benchReadUnderWriters(b *testing.B, read func(*Store)) {
 
 func decodeBenchLine(b *testing.B, line string) []DeviceReport {
 	b.Helper()
-	m, err := DecodeLine([]byte(line), DefaultMaxDevices)
+	m, err := wire.DecodeLine([]byte(line), DefaultMaxDevices)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package allocstats
 import (
 	"errors"
 	"fmt"
+	"github.com/gpumem/gpumem_exporter/allocstats/wire"
 	"io"
 	"io/fs"
 	"net"
@@ -212,13 +213,13 @@ func TestServerAppliesTheLinesAnExitedProcessQueued(t *testing.T) {
 	close(gate)
 
 	eventually(t, "the connection is closed", func() bool { return gaugeValue(t, ts.srv.connections) == 0 })
-	if got := ts.messages(t, TypeStats, ResultOK); got != 3 {
+	if got := ts.messages(t, wire.TypeStats, wire.ResultOK); got != 3 {
 		t.Errorf("stats accepted = %v, want 3", got)
 	}
-	if got := ts.messages(t, TypeOOM, ResultOK); got != 1 || ooms.Load() != 1 {
+	if got := ts.messages(t, wire.TypeOOM, wire.ResultOK); got != 1 || ooms.Load() != 1 {
 		t.Errorf("oom accepted = %v, OOM events %d; want 1 and 1", got, ooms.Load())
 	}
-	if got := ts.messages(t, TypeStats, ResultRejected) + ts.messages(t, TypeOOM, ResultRejected); got != 0 {
+	if got := ts.messages(t, wire.TypeStats, wire.ResultRejected) + ts.messages(t, wire.TypeOOM, wire.ResultRejected); got != 0 {
 		t.Errorf("%v lines counted rejected", got)
 	}
 	if got := counterValue(t, ts.srv.connectionsClosed.WithLabelValues(closeProcessGone)); got != 0 {
@@ -244,7 +245,7 @@ func TestLivenessIsCheckedOncePerRead(t *testing.T) {
 		batch.WriteString(statsLine(testUUID, uint64(i), "") + "\n")
 	}
 	c.write(batch.String())
-	eventually(t, "the ten lines are applied", func() bool { return ts.messages(t, TypeStats, ResultOK) == 10 })
+	eventually(t, "the ten lines are applied", func() bool { return ts.messages(t, wire.TypeStats, wire.ResultOK) == 10 })
 	if n := calls.Load() - before; n != 1 {
 		t.Errorf("liveness asked %d times for one read of ten lines, want 1", n)
 	}
@@ -259,7 +260,7 @@ func TestAnEntryOfALiveProcessIsNeverReplacedByAnotherIdentity(t *testing.T) {
 	if _, err := s.stats(nil, Identity{PID: 77, UID: 65534, StartTime: 500}, []DeviceReport{{UUID: testUUID, Reserved: 82700000000}}, t0, DefaultMaxDevices); !errors.Is(err, errIdentityConflict) {
 		t.Errorf("another uid with the victim's pid and start time: err = %v, want errIdentityConflict", err)
 	}
-	if _, err := s.hello(nil, Identity{PID: 77, UID: 65534, StartTime: 500}, Hello{Framework: "EVIL"}); !errors.Is(err, errIdentityConflict) {
+	if _, err := s.hello(nil, Identity{PID: 77, UID: 65534, StartTime: 500}, wire.Hello{Framework: "EVIL"}); !errors.Is(err, errIdentityConflict) {
 		t.Errorf("hello from another uid: err = %v, want errIdentityConflict", err)
 	}
 	p := mustProcess(t, s, 77)
@@ -376,7 +377,7 @@ func TestALazyDeadlineNeverClosesAnActiveConnection(t *testing.T) {
 		c.send(statsLine(testUUID, uint64(i), ""))
 	}
 	// Every message was taken: the connection stayed open throughout.
-	eventually(t, "the 30 messages are applied", func() bool { return ts.messages(t, TypeStats, ResultOK) == 30 })
+	eventually(t, "the 30 messages are applied", func() bool { return ts.messages(t, wire.TypeStats, wire.ResultOK) == 30 })
 	if got := counterValue(t, ts.srv.connectionsClosed.WithLabelValues(closeIdle)); got != 0 {
 		t.Fatalf("an active connection was closed as idle (%v)", got)
 	}
@@ -563,7 +564,7 @@ func TestLogFloodIsRateLimitedNodeWide(t *testing.T) {
 		c.send("garbage")
 		c.c.Close()
 	}
-	eventually(t, "every bad line is counted", func() bool { return ts.messages(t, TypeUnknown, ResultMalformed) == 200 })
+	eventually(t, "every bad line is counted", func() bool { return ts.messages(t, wire.TypeUnknown, wire.ResultMalformed) == 200 })
 	if n := strings.Count(buf.String(), "level=warn"); n > 20 {
 		t.Errorf("%d warn lines for 200 bad lines over 200 connections, want at most the burst", n)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gpumem/gpumem_exporter/allocstats/wire"
 	"net"
 	"os"
 	"sync"
@@ -32,7 +33,7 @@ type Config struct {
 	SocketPath string
 	// SocketExplicit says the user chose SocketPath: Listen then fails if it
 	// cannot be used (its directory must exist), instead of falling back
-	// (see ResolveSocketPath).
+	// (see resolveSocketPath).
 	SocketExplicit  bool
 	SocketMode      os.FileMode // of the socket file; identity comes from the kernel, not the mode
 	MaxMessageBytes int         // per line, newline excluded
@@ -85,13 +86,13 @@ func (c *Config) setDefaults() error {
 		c.IdleTimeout = DefaultIdleTimeout
 	}
 	if c.Interval == 0 {
-		c.Interval = DefaultInterval
+		c.Interval = defaultInterval
 	}
 	if c.ServerVersion == "" {
 		c.ServerVersion = "unknown"
 	}
 	if c.ProcPath == "" {
-		c.ProcPath = DefaultProcPath
+		c.ProcPath = defaultProcPath
 	}
 	switch {
 	case c.MaxMessageBytes < 64:
@@ -191,10 +192,10 @@ const (
 // messageLabels are the type/result pairs that can occur; they are
 // pre-initialised at 0.
 var messageLabels = [][2]string{
-	{TypeHello, ResultOK}, {TypeHello, ResultRejected},
-	{TypeStats, ResultOK}, {TypeStats, ResultRejected},
-	{TypeOOM, ResultOK}, {TypeOOM, ResultRejected},
-	{TypeUnknown, ResultRejected}, {TypeUnknown, ResultMalformed}, {TypeUnknown, ResultOversize},
+	{wire.TypeHello, wire.ResultOK}, {wire.TypeHello, wire.ResultRejected},
+	{wire.TypeStats, wire.ResultOK}, {wire.TypeStats, wire.ResultRejected},
+	{wire.TypeOOM, wire.ResultOK}, {wire.TypeOOM, wire.ResultRejected},
+	{wire.TypeUnknown, wire.ResultRejected}, {wire.TypeUnknown, wire.ResultMalformed}, {wire.TypeUnknown, wire.ResultOversize},
 }
 
 // NewServer checks cfg and fills its defaults. It does not open the
@@ -245,8 +246,8 @@ func NewServer(cfg Config, store *Store, logger log.Logger) (*Server, error) {
 		s.messages.WithLabelValues(l[0], l[1])
 	}
 	s.acceptedMessages = map[string]prometheus.Counter{}
-	for _, typ := range []string{TypeHello, TypeStats, TypeOOM} {
-		s.acceptedMessages[typ] = s.messages.WithLabelValues(typ, ResultOK)
+	for _, typ := range []string{wire.TypeHello, wire.TypeStats, wire.TypeOOM} {
+		s.acceptedMessages[typ] = s.messages.WithLabelValues(typ, wire.ResultOK)
 	}
 	for _, r := range []string{rejectMaxConnections, rejectMaxConnectionsPerUID, rejectPeerCred, rejectPeerGone} {
 		s.connectionsRejected.WithLabelValues(r)
@@ -278,7 +279,7 @@ func (s *Server) Collect(ch chan<- prometheus.Metric) {
 func (s *Server) Close() { s.shutdown() }
 
 // SocketPath returns where the server listens: after Listen, the path
-// ResolveSocketPath chose.
+// resolveSocketPath chose.
 func (s *Server) SocketPath() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -294,7 +295,7 @@ func (s *Server) SocketReady() bool {
 	return s.socketOK && !s.closing
 }
 
-// Listen creates the socket: the path resolved with ResolveSocketPath
+// Listen creates the socket: the path resolved with resolveSocketPath
 // (SocketExplicit, SocketPath), a stale socket file of a dead daemon
 // removed, the file mode set. It fails when another daemon answers on the
 // path or the path cannot be used.
@@ -304,7 +305,7 @@ func (s *Server) Listen() error {
 	if s.listener != nil {
 		return fmt.Errorf("already listening on %s", s.cfg.SocketPath)
 	}
-	path, err := ResolveSocketPath(s.cfg.SocketExplicit, s.cfg.SocketPath)
+	path, err := resolveSocketPath(s.cfg.SocketExplicit, s.cfg.SocketPath, os.Getenv("XDG_RUNTIME_DIR"), os.TempDir(), os.Getuid())
 	if err != nil {
 		return err
 	}
@@ -486,7 +487,7 @@ func (s *Server) closeStale() {
 	// pidfds replaces a signal to each connection's pidfd every second. A
 	// connection not bound yet, or a store nobody prunes as often as this
 	// check runs, is asked through its pidfd.
-	pruned := s.store.PrunedSince(time.Now().Add(-2 * s.checkEvery))
+	pruned := s.store.prunedSince(time.Now().Add(-2 * s.checkEvery))
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for cs := range s.conns {

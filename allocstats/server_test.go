@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gpumem/gpumem_exporter/allocstats/wire"
 	"io"
 	"net"
 	"os"
@@ -193,7 +194,7 @@ func TestServerAnswersHelloWithWelcome(t *testing.T) {
 	if extra, err := c.r.ReadString('\n'); err == nil {
 		t.Errorf("a second hello was answered with %q", extra)
 	}
-	if got := ts.messages(t, TypeHello, ResultOK); got != 2 {
+	if got := ts.messages(t, wire.TypeHello, wire.ResultOK); got != 2 {
 		t.Errorf(`messages_total{type="hello",result="ok"} = %v, want 2`, got)
 	}
 }
@@ -249,7 +250,7 @@ func TestServerReusedPIDDoesNotInheritSeries(t *testing.T) {
 	// closed, so that its client (were it alive) would reconnect.
 	old.send(statsLine(testUUID, 99, ""))
 	old.expectClosed(5 * time.Second)
-	if got := ts.messages(t, TypeStats, ResultRejected); got != 1 {
+	if got := ts.messages(t, wire.TypeStats, wire.ResultRejected); got != 1 {
 		t.Errorf("stats rejected = %v, want the old connection's 1", got)
 	}
 	if d := mustDevice(t, mustProcess(t, ts.store, pid), testUUID); d.Reserved != 7 {
@@ -272,9 +273,9 @@ func TestServerClosesTheConnectionOnAnOversizeLine(t *testing.T) {
 	c.send(`{"v":1,"type":"hello","pad":"` + strings.Repeat("x", 200) + `"}`)
 	c.expectClosed(5 * time.Second)
 	eventually(t, "the oversize line is counted", func() bool {
-		return ts.messages(t, TypeUnknown, ResultOversize) == 1
+		return ts.messages(t, wire.TypeUnknown, wire.ResultOversize) == 1
 	})
-	if n := ts.messages(t, TypeHello, ResultOK); n != 1 {
+	if n := ts.messages(t, wire.TypeHello, wire.ResultOK); n != 1 {
 		t.Errorf("hello ok = %v, want 1", n)
 	}
 }
@@ -300,10 +301,10 @@ func TestServerSkipsBadLinesAndKeepsTheConnection(t *testing.T) {
 		typ, result string
 		want        float64
 	}{
-		{TypeUnknown, ResultMalformed, 1},
-		{TypeStats, ResultRejected, 2},
-		{TypeUnknown, ResultRejected, 1},
-		{TypeStats, ResultOK, 1},
+		{wire.TypeUnknown, wire.ResultMalformed, 1},
+		{wire.TypeStats, wire.ResultRejected, 2},
+		{wire.TypeUnknown, wire.ResultRejected, 1},
+		{wire.TypeStats, wire.ResultOK, 1},
 	} {
 		if got := ts.messages(t, m.typ, m.result); got != m.want {
 			t.Errorf("messages_total{type=%q,result=%q} = %v, want %v", m.typ, m.result, got, m.want)
@@ -323,10 +324,10 @@ func TestServerRejectsUnknownDevices(t *testing.T) {
 	if p, ok := ts.store.Process(uint32(os.Getpid())); ok && len(p.Devices) > 0 {
 		t.Errorf("a line naming an unknown device was partly applied: %+v", p.Devices)
 	}
-	if got := ts.messages(t, TypeStats, ResultRejected); got != 1 {
+	if got := ts.messages(t, wire.TypeStats, wire.ResultRejected); got != 1 {
 		t.Errorf("stats rejected = %v, want 1", got)
 	}
-	if got := ts.messages(t, TypeOOM, ResultRejected); got != 1 {
+	if got := ts.messages(t, wire.TypeOOM, wire.ResultRejected); got != 1 {
 		t.Errorf("oom rejected = %v, want 1", got)
 	}
 	if oomCalls.Load() != 0 {
@@ -419,9 +420,9 @@ func TestServerCountersNeverGoBackwards(t *testing.T) {
 	pid := uint32(os.Getpid())
 	var last uint64
 	for _, raw := range []int{1, 3, 0, 2, 0, 0, 5} {
-		want := ts.messages(t, TypeStats, ResultOK) + 1
+		want := ts.messages(t, wire.TypeStats, wire.ResultOK) + 1
 		c.send(statsLine(testUUID, 1, fmt.Sprintf(`,"alloc_retries":%d`, raw)))
-		eventually(t, "the stats are applied", func() bool { return ts.messages(t, TypeStats, ResultOK) == want })
+		eventually(t, "the stats are applied", func() bool { return ts.messages(t, wire.TypeStats, wire.ResultOK) == want })
 		got := mustDevice(t, mustProcess(t, ts.store, pid), testUUID).AllocRetries
 		if !got.OK || got.V < last {
 			t.Fatalf("client sent %d: exported alloc_retries %+v after %d", raw, got, last)
@@ -530,7 +531,7 @@ func TestServerManyConcurrentClients(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	eventually(t, "every client's stats are applied", func() bool { return ts.messages(t, TypeStats, ResultOK) == n })
+	eventually(t, "every client's stats are applied", func() bool { return ts.messages(t, wire.TypeStats, wire.ResultOK) == n })
 	seen := make(map[uint64]bool)
 	for _, p := range ts.store.Processes() {
 		if len(p.Devices) == 1 {

@@ -20,20 +20,17 @@ const maxSocketPathLen = 107
 // socketFileName is the socket's name in the fallback directories.
 const socketFileName = "allocstats.sock"
 
-// ResolveSocketPath decides where the socket goes. explicit says the user
+// resolveSocketPath decides where the socket goes. explicit says the user
 // gave path: its directory must then exist and be writable (it is never
 // created: a typo must not make a directory nobody watches). Otherwise
 // (path is the default, or empty) the directory is created (0755) if
 // needed, and when that fails, as for a user without root, it falls back to
-// $XDG_RUNTIME_DIR/gpumem/allocstats.sock, then to
-// <os.TempDir()>/gpumem-<uid>/allocstats.sock. A fallback directory must be
+// <xdgRuntimeDir>/gpumem/allocstats.sock, then to
+// <tmpDir>/gpumem-<uid>/allocstats.sock (the daemon passes
+// $XDG_RUNTIME_DIR, os.TempDir() and its uid). A fallback directory must be
 // a real directory owned by the daemon's uid that no other user can write
 // to, or another user could own the socket's directory. The caller should
 // log the result.
-func ResolveSocketPath(explicit bool, path string) (string, error) {
-	return resolveSocketPath(explicit, path, os.Getenv("XDG_RUNTIME_DIR"), os.TempDir(), os.Getuid())
-}
-
 func resolveSocketPath(explicit bool, path, xdgRuntimeDir, tmpDir string, uid int) (string, error) {
 	if path == "" {
 		path, explicit = DefaultSocketPath, false
@@ -148,7 +145,7 @@ func (f socketFile) remove() {
 }
 
 // listenUnix creates the socket at path, whose directory was checked by
-// ResolveSocketPath, with the given mode, replacing the stale socket file
+// resolveSocketPath, with the given mode, replacing the stale socket file
 // of a dead daemon. The listener does not unlink the file on Close: the
 // caller removes it with socketFile.remove.
 func listenUnix(path string, mode os.FileMode) (*net.UnixListener, socketFile, error) {

@@ -3,6 +3,7 @@ package allocstats
 import (
 	"errors"
 	"fmt"
+	"github.com/gpumem/gpumem_exporter/allocstats/wire"
 	"math"
 	"sort"
 	"sync"
@@ -10,7 +11,9 @@ import (
 	"time"
 )
 
-// DeviceStats is the allocator state of one process on one device.
+// DeviceStats is the allocator state of one process on one device as the
+// store keeps it, built from the client's reports (DeviceReport, what a
+// client said) by deviceEntry.apply and from its oom messages.
 type DeviceStats struct {
 	UUID string // as NVML spells it
 	// HasStats is false when only an oom message named the device: Reserved
@@ -158,10 +161,10 @@ type Store struct {
 	prunedAt atomic.Int64
 }
 
-// PrunedSince reports whether Prune, asking which processes still run,
+// prunedSince reports whether Prune, asking which processes still run,
 // has completed at or after t: every process that had exited by then is
 // marked exited or dropped.
-func (s *Store) PrunedSince(t time.Time) bool { return s.prunedAt.Load() >= t.UnixNano() }
+func (s *Store) prunedSince(t time.Time) bool { return s.prunedAt.Load() >= t.UnixNano() }
 
 // Version counts the changes to what Processes returns: a process added,
 // dropped or moved to the exited ones, a hello, a stats or oom line
@@ -753,7 +756,7 @@ func (s *Store) release(e *procEntry, now time.Time) {
 }
 
 // hello records a hello message of a connection and returns its entry.
-func (s *Store) hello(bound *procEntry, id Identity, h Hello) (*procEntry, error) {
+func (s *Store) hello(bound *procEntry, id Identity, h wire.Hello) (*procEntry, error) {
 	if bound != nil {
 		if err := lockBound(bound); err != nil {
 			return bound, err
@@ -842,35 +845,44 @@ func (e *procEntry) checkCapLocked(devices []DeviceReport, maxDevices int) error
 // applyLocked applies devices to e; the caller holds e.mu.
 func (s *Store) applyLocked(e *procEntry, devices []DeviceReport, now time.Time) {
 	for _, r := range devices {
-		d := s.deviceLocked(e, r.UUID)
-		st := &d.stats
-		st.HasStats = true
-		st.Reserved = r.Reserved
-		st.Active = r.Active
-		st.Allocated = r.Allocated
-		st.InactiveSplit = r.InactiveSplit
-		st.PeakReserved = r.PeakReserved
-		st.PeakActive = r.PeakActive
-		st.Limit = r.Limit
-		// The floor goes with active: a report without active exports
-		// neither.
-		st.ActiveFloor = Optional{}
-		if r.Active.OK {
-			at := r.At
-			if at.IsZero() {
-				at = now
-			}
-			d.floor.Observe(at, r.Active.V)
-			if v, ok := d.floor.Floor(); ok {
-				st.ActiveFloor = Some(v)
-			}
-		}
-		st.AllocRetries = d.retries.apply(r.AllocRetries)
-		st.OOMs = d.ooms.apply(r.OOMs)
-		st.LastReport = now
+		s.deviceLocked(e, r.UUID).apply(r, now)
 	}
 	// Raised under e.mu, which a reader's copy of e waits for.
 	s.version.Add(1)
+}
+
+// apply records a client's report r of the device, received at now: the
+// one place where what a client said (DeviceReport) becomes what the store
+// keeps (DeviceStats). They are two types because the store keeps more
+// than a report says and not all of it as said: counters that never
+// decrease where the client's may reset, the floor of active memory over
+// the reports, the last OOM, when the device was last named.
+func (d *deviceEntry) apply(r DeviceReport, now time.Time) {
+	st := &d.stats
+	st.HasStats = true
+	st.Reserved = r.Reserved
+	st.Active = r.Active
+	st.Allocated = r.Allocated
+	st.InactiveSplit = r.InactiveSplit
+	st.PeakReserved = r.PeakReserved
+	st.PeakActive = r.PeakActive
+	st.Limit = r.Limit
+	// The floor goes with active: a report without active exports
+	// neither.
+	st.ActiveFloor = Optional{}
+	if r.Active.OK {
+		at := r.At
+		if at.IsZero() {
+			at = now
+		}
+		d.floor.Observe(at, r.Active.V)
+		if v, ok := d.floor.Floor(); ok {
+			st.ActiveFloor = Some(v)
+		}
+	}
+	st.AllocRetries = d.retries.apply(r.AllocRetries)
+	st.OOMs = d.ooms.apply(r.OOMs)
+	st.LastReport = now
 }
 
 func (c *counterState) apply(raw Optional) Optional {
@@ -1014,7 +1026,7 @@ func (s *Store) Feed(id Identity, framework string, devices []DeviceReport, now 
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if framework != "" {
-		e.framework = Sanitize(framework)
+		e.framework = wire.Sanitize(framework)
 	}
 	s.applyLocked(e, devices, now)
 	return nil

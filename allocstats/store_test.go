@@ -1,6 +1,7 @@
 package allocstats
 
 import (
+	"github.com/gpumem/gpumem_exporter/allocstats/wire"
 	"reflect"
 	"testing"
 	"time"
@@ -377,7 +378,7 @@ func TestReadersAndBoundWritersDoNotWaitOnTheStoreLock(t *testing.T) {
 		if _, err := s.stats(e, id, []DeviceReport{{UUID: testUUID, Reserved: 2}}, t0, DefaultMaxDevices); err != nil {
 			done <- "stats: " + err.Error()
 		}
-		if _, err := s.hello(e, id, Hello{Framework: "jax"}); err != nil {
+		if _, err := s.hello(e, id, wire.Hello{Framework: "jax"}); err != nil {
 			done <- "hello: " + err.Error()
 		}
 		if _, _, err := s.oom(e, id, OOMMessage{UUID: testUUID, RequestedBytes: 1}, t0, DefaultMaxDevices, nil); err != nil {
@@ -419,7 +420,7 @@ func TestVersionMovesWithWhatProcessesReturns(t *testing.T) {
 	step("first stats line", true, func() { e = mustStats(t, s, nil, id, t0, DeviceReport{UUID: testUUID, Reserved: 1}) })
 	step("stats line of a bound connection", true, func() { mustStats(t, s, e, id, t0, DeviceReport{UUID: testUUID, Reserved: 2}) })
 	step("hello", true, func() {
-		if _, err := s.hello(e, id, Hello{Framework: "pytorch"}); err != nil {
+		if _, err := s.hello(e, id, wire.Hello{Framework: "pytorch"}); err != nil {
 			t.Fatal(err)
 		}
 	})

@@ -2,6 +2,7 @@ package allocstats
 
 import (
 	"fmt"
+	"github.com/gpumem/gpumem_exporter/allocstats/wire"
 	"math/rand/v2"
 	"reflect"
 	"testing"
@@ -60,7 +61,7 @@ func TestVersionRaisedByEveryChangeToProcesses(t *testing.T) {
 			what = "connection closed"
 		case op == 2:
 			c := conns[rng.IntN(len(conns))]
-			c.entry, _ = s.hello(c.entry, c.id, Hello{Framework: fmt.Sprint("f", rng.IntN(2)), FrameworkVersion: fmt.Sprint(rng.IntN(2)), Client: fmt.Sprint("c", rng.IntN(2))})
+			c.entry, _ = s.hello(c.entry, c.id, wire.Hello{Framework: fmt.Sprint("f", rng.IntN(2)), FrameworkVersion: fmt.Sprint(rng.IntN(2)), Client: fmt.Sprint("c", rng.IntN(2))})
 			what = "hello"
 		case op == 3:
 			c := conns[rng.IntN(len(conns))]
