@@ -1,0 +1,91 @@
+package allocstats
+
+// Out-of-memory events: recorded in the store and handed to its hooks.
+
+import "time"
+
+// OOMEvent is one out-of-memory event, as recorded in the store.
+type OOMEvent struct {
+	Time      time.Time
+	PID       uint32
+	UID       uint32
+	StartTime uint64
+	UUID      string // as NVML spells it
+	Requested uint64 // bytes the failed allocation asked for
+	Limit     Optional
+	Free      Optional
+	// Stats is the process's allocator on the device as it stood when the
+	// oom message came: a client sends its stats at the failure just
+	// before it, so these are the figures at the failure.
+	Stats DeviceStats
+	// Reply, when set, sends one line back to the process (the daemon's
+	// verdict); it never blocks for long and may fail silently.
+	Reply func(line []byte)
+}
+
+// OnOOM adds f to the functions called, synchronously and without the
+// store's lock, after each oom message the store records (from a
+// connection or a feed). f must be fast. Add hooks before the store is
+// used.
+func (s *Store) OnOOM(f func(OOMEvent)) {
+	s.oomHooks = append(s.oomHooks, f)
+}
+
+func (s *Store) notifyOOM(ev OOMEvent) {
+	for _, f := range s.oomHooks {
+		f(ev)
+	}
+}
+
+// oom records an oom message of a connection.
+func (s *Store) oom(bound *procEntry, id Identity, m OOMMessage, now time.Time, maxDevices int, reply func([]byte)) (*procEntry, OOMEvent, error) {
+	devices := []DeviceReport{{UUID: m.UUID}}
+	e := bound
+	if e != nil {
+		if err := lockBound(e); err != nil {
+			return bound, OOMEvent{}, err
+		}
+		if err := e.checkCapLocked(devices, maxDevices); err != nil {
+			e.mu.Unlock()
+			return bound, OOMEvent{}, err
+		}
+	} else {
+		s.mu.Lock()
+		if err := s.checkNewCapLocked(id, devices, maxDevices); err != nil {
+			s.mu.Unlock()
+			return nil, OOMEvent{}, err
+		}
+		var err error
+		if e, err = s.bindLocked(id); err != nil {
+			s.mu.Unlock()
+			return nil, OOMEvent{}, err
+		}
+		e.mu.Lock()
+		s.mu.Unlock()
+	}
+	ev := s.recordOOMLocked(e, m, now)
+	e.mu.Unlock()
+	ev.Reply = reply
+	s.notifyOOM(ev)
+	return e, ev, nil
+}
+
+// recordOOMLocked records m in e; the caller holds e.mu.
+func (s *Store) recordOOMLocked(e *procEntry, m OOMMessage, now time.Time) OOMEvent {
+	d := s.deviceLocked(e, m.UUID)
+	d.stats.LastOOMRequest = Some(m.RequestedBytes)
+	d.stats.LastOOMTime = now
+	d.stats.LastReport = now
+	s.version.Add(1)
+	return OOMEvent{
+		Time:      now,
+		PID:       e.pid,
+		UID:       e.uid,
+		StartTime: e.startTime,
+		UUID:      m.UUID,
+		Requested: m.RequestedBytes,
+		Limit:     m.LimitBytes,
+		Free:      m.FreeBytes,
+		Stats:     d.stats,
+	}
+}
