@@ -158,7 +158,7 @@ func fakePeers(peers ...*peer) func(*Server) {
 func TestServerClosesTheConnectionOfAnExitedProcessAndDropsItsMessages(t *testing.T) {
 	var dead atomic.Bool
 	p := &peer{id: Identity{PID: 5000, UID: 65534, StartTime: 7}, alive: func() bool { return !dead.Load() }, sweep: true}
-	ts := startServer(t, nil, fakePeers(p), func(s *Server) { s.checkEvery = 10 * time.Millisecond })
+	ts := startServer(t, nil, fakePeers(p))
 	c := dial(t, ts.path)
 	c.send(statsLine(testUUID, 1, ""))
 	c.hello()
@@ -271,7 +271,7 @@ func TestAnEntryOfALiveProcessIsNeverReplacedByAnotherIdentity(t *testing.T) {
 
 func TestServerClosesTheConnectionsOfARemovedEntry(t *testing.T) {
 	p := &peer{id: Identity{PID: 5001, UID: 1000, StartTime: 7}}
-	ts := startServer(t, nil, fakePeers(p), func(s *Server) { s.checkEvery = 10 * time.Millisecond })
+	ts := startServer(t, nil, fakePeers(p))
 	c := dial(t, ts.path)
 	c.send(statsLine(testUUID, 1, ""))
 	c.hello()
@@ -491,7 +491,7 @@ func TestIdleConnectionsHoldNoLineBuffer(t *testing.T) {
 }
 
 func TestVanishedSocketIsRecreated(t *testing.T) {
-	ts := startServer(t, nil, func(s *Server) { s.checkEvery = 10 * time.Millisecond })
+	ts := startServer(t, nil)
 	if !ts.srv.SocketReady() {
 		t.Fatal("not ready after Listen")
 	}
@@ -506,7 +506,7 @@ func TestVanishedSocketIsRecreated(t *testing.T) {
 }
 
 func TestReplacedSocketMakesTheServerUnready(t *testing.T) {
-	ts := startServer(t, nil, func(s *Server) { s.checkEvery = 10 * time.Millisecond })
+	ts := startServer(t, nil)
 	os.Remove(ts.path)
 	// Another daemon takes the path before the check.
 	other, err := net.ListenUnix("unix", &net.UnixAddr{Name: ts.path, Net: "unix"})
@@ -612,24 +612,41 @@ func (s *syncBuffer) String() string {
 func TestServerLeavesBoundConnectionsToThePrune(t *testing.T) {
 	var calls atomic.Int32
 	p := &peer{id: Identity{PID: 5003, UID: 1000, StartTime: 7}, alive: func() bool { calls.Add(1); return true }, sweep: true}
-	ts := startServer(t, nil, fakePeers(p), func(s *Server) { s.checkEvery = time.Hour })
-	bound := dial(t, ts.path)
-	bound.send(statsLine(testUUID, 1, ""))
-	bound.hello()
-	dial(t, ts.path) // connected, never sends: not bound to an entry
-	eventually(t, "both connections are identified", func() bool { return gaugeValue(t, ts.srv.connections) == 2 })
+	srv, err := NewServer(Config{}, NewStore(time.Minute), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Two connections of p, tracked as the accept loop does (no Serve: no
+	// periodic check runs meanwhile): one bound to its entry by a stats
+	// line, one that never sent anything.
+	entry, err := srv.store.stats(nil, p.id, []DeviceReport{{UUID: testUUID, Reserved: 1}}, time.Now(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bound := range []bool{true, false} {
+		a, b, err := socketPair()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { a.Close(); b.Close() })
+		cs := &connState{c: a, peer: p}
+		if bound {
+			cs.entry.Store(entry)
+		}
+		srv.conns[cs] = struct{}{}
+	}
 	alive := func(uint32, uint64) bool { return true }
 
-	ts.store.Prune(time.Now(), alive)
+	srv.store.Prune(time.Now(), alive)
 	before := calls.Load()
-	ts.srv.closeStale()
+	srv.closeStale()
 	if got := calls.Load() - before; got != 1 {
 		t.Errorf("right after a prune: %d pidfd checks, want 1 (the unbound connection only)", got)
 	}
 
-	ts.store.Prune(time.Now().Add(-3*time.Hour), alive) // the last prune, long ago
+	srv.store.Prune(time.Now().Add(-3*checkInterval), alive) // the last prune, three checks ago
 	before = calls.Load()
-	ts.srv.closeStale()
+	srv.closeStale()
 	if got := calls.Load() - before; got != 2 {
 		t.Errorf("without a recent prune: %d pidfd checks, want 2", got)
 	}

@@ -137,9 +137,6 @@ type Server struct {
 	// identify says who is at the other end of a connection: identifyPeer,
 	// from the kernel's peer credentials and ProcPath.
 	identify func(c kernelConn, acceptedAt time.Duration) (*peer, error)
-	// checkEvery is the period of the check of connections and socket
-	// file (checkInterval).
-	checkEvery time.Duration
 
 	mu       sync.Mutex
 	listener *net.UnixListener
@@ -237,7 +234,6 @@ func NewServer(cfg Config, store *Store, logger log.Logger) (*Server, error) {
 		warnLimit:   ratelog.Path("allocstats_limit", 10, 6*time.Second),
 		warnAccept:  ratelog.Path("allocstats_accept", 5, 10*time.Second),
 		warnSocket:  ratelog.Path("allocstats_socket", 5, 10*time.Second),
-		checkEvery:  checkInterval,
 		conns:       make(map[*connState]struct{}),
 		perUID:      make(map[uint32]int),
 	}
@@ -355,7 +351,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	go s.acceptLoop(ctx, l, ended)
 	// The check runs on the grid of its period (tick.Next), as the NVML
 	// poll does: an idle daemon wakes once for both.
-	check := time.NewTimer(tick.Next(time.Now(), s.checkEvery))
+	check := time.NewTimer(tick.Next(time.Now(), checkInterval))
 	defer check.Stop()
 	for {
 		select {
@@ -381,7 +377,7 @@ func (s *Server) Serve(ctx context.Context) error {
 			if nl := s.checkSocket(); nl != nil {
 				go s.acceptLoop(ctx, nl, ended)
 			}
-			check.Reset(tick.Next(time.Now(), s.checkEvery))
+			check.Reset(tick.Next(time.Now(), checkInterval))
 		}
 	}
 }
@@ -487,7 +483,7 @@ func (s *Server) closeStale() {
 	// pidfds replaces a signal to each connection's pidfd every second. A
 	// connection not bound yet, or a store nobody prunes as often as this
 	// check runs, is asked through its pidfd.
-	pruned := s.store.prunedSince(time.Now().Add(-2 * s.checkEvery))
+	pruned := s.store.prunedSince(time.Now().Add(-2 * checkInterval))
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for cs := range s.conns {
