@@ -13,7 +13,10 @@ import (
 const module = "github.com/gpumem/gpumem_exporter/"
 
 // The data flow is sources -> one join -> readers -> main. A source never
-// imports another source, and nothing imports upward.
+// imports another source, and nothing imports upward. internal/ holds
+// infrastructure (logging, the file descriptor budget, listeners, test
+// helpers), below every layer: it imports no product package and takes
+// plain values.
 func TestPackagesFollowTheDataFlow(t *testing.T) {
 	t.Parallel()
 	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, "./...").CombinedOutput()
@@ -40,6 +43,10 @@ func TestPackagesFollowTheDataFlow(t *testing.T) {
 			}
 			dep := strings.TrimPrefix(imp, module)
 			if strings.HasPrefix(dep, "internal/") {
+				continue
+			}
+			if strings.HasPrefix(pkg, "internal/") {
+				t.Errorf("infrastructure package %s imports %s: internal packages take plain values", pkg, dep)
 				continue
 			}
 			to, depKnown := layer[dep]

@@ -11,7 +11,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -38,6 +37,8 @@ import (
 	"github.com/gpumem/gpumem_exporter/collector"
 	"github.com/gpumem/gpumem_exporter/exposition"
 	"github.com/gpumem/gpumem_exporter/internal/connshed"
+	"github.com/gpumem/gpumem_exporter/internal/fdbudget"
+	"github.com/gpumem/gpumem_exporter/internal/logging"
 	"github.com/gpumem/gpumem_exporter/internal/memtrim"
 	"github.com/gpumem/gpumem_exporter/internal/ratelog"
 	"github.com/gpumem/gpumem_exporter/landing"
@@ -63,7 +64,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", exporterName, err)
 		os.Exit(2)
 	}
-	logger, bare := newLogger(o)
+	logger, bare := logging.New(o.logLevel, o.logFormat)
 	if err := run(o, logger, bare); err != nil {
 		level.Error(logger).Log("msg", "exiting", "err", err)
 		os.Exit(1)
@@ -111,15 +112,15 @@ func run(o *options, logger, bare log.Logger) error {
 	errc := make(chan error, 2)
 	go func() {
 		if listeners == nil { // systemd socket activation
-			errc <- web.ListenAndServe(server, o.webConfig, slogLogger(bare, "web"))
+			errc <- web.ListenAndServe(server, o.webConfig, logging.Slog(bare, "web"))
 			return
 		}
-		errc <- web.ServeMultiple(listeners, server, o.webConfig, slogLogger(bare, "web"))
+		errc <- web.ServeMultiple(listeners, server, o.webConfig, logging.Slog(bare, "web"))
 	}()
 	var health *http.Server
 	if d.healthListener != nil {
 		// Probes are a header and a line: every step has a short deadline,
-		// and the listener's cap of healthMaxConnections sheds as the
+		// and the listener's cap of fdbudget.HealthMaxConnections sheds as the
 		// metrics listeners do.
 		health = &http.Server{Handler: d.health, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, IdleTimeout: 10 * time.Second}
 		connshed.Configure(health)
@@ -202,7 +203,7 @@ type daemon struct {
 func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, error) {
 	var healthListener net.Listener
 	if o.healthAddress != "" {
-		l, err := connshed.Listen(o.healthAddress, healthMaxConnections)
+		l, err := connshed.Listen(o.healthAddress, fdbudget.HealthMaxConnections)
 		if err != nil {
 			return nil, fmt.Errorf("--web.health-address=%s: %w", o.healthAddress, err)
 		}
@@ -218,13 +219,13 @@ func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, er
 	store := allocstats.NewStore(o.ttl)
 	store.SetProcessLimits(o.maxProcesses, o.maxProcessesPerUID)
 	store.SetLinger(o.oomLinger)
-	routeLibraryLogs(bare)
+	logging.RouteLibraryLogs(bare)
 	podWatch, err := pods.Start(ctx, pods.Config{Kubeconfig: o.kubeconfig, NodeName: o.nodeName}, log.With(logger, "component", "kubernetes"))
 	if err != nil {
 		closeHealth()
 		return nil, err
 	}
-	oomEvents, err := startOOMEvents(ctx, o, podWatch != nil, log.With(logger, "component", "kubernetes"))
+	oomEvents, err := startOOMEvents(ctx, o.oomEvents && podWatch != nil, o.kubeconfig, o.nodeName, log.With(logger, "component", "kubernetes"))
 	if err != nil {
 		closeHealth()
 		return nil, err
@@ -237,28 +238,18 @@ func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, er
 	resolver := workload.NewProcResolver(o.procPath, podLookup, log.With(logger, "component", "workload"))
 	resolver.SetMaxPidfds(o.pidfds)
 
-	var lib nvml.Interface = nvml.New()
-	var sim *simulate.Node
-	if o.backend == "simulated" {
-		sim, err = simulate.New(simulate.Config{Scenario: o.simScenario, ProcessesPerGPU: o.simProcesses, Seed: o.simSeed, Speed: o.simSpeed, Sink: store})
-		if err != nil {
-			closeHealth()
-			return nil, err
-		}
-		lib = sim.Interface()
-		level.Info(logger).Log("msg", "using the simulated NVML backend: 8 scripted H200 GPUs", "scenario", sim.Scenario(), "seed", o.simSeed, "speed", o.simSpeed)
+	b, err := newBackend(o, store, resolver, logger)
+	if err != nil {
+		closeHealth()
+		return nil, err
 	}
-	alive := processAlive(o.procPath, sim, resolver)
-	cfg := nvmlpoll.Config{Lib: lib, Interval: o.pollInterval, ProcessRefresh: o.processRefresh, Logger: log.With(logger, "component", "nvml")}
-	if sim != nil {
-		cfg.BeforePoll = sim.Step
-	}
-	cfg.OnPoll = []func(*nvmlpoll.Snapshot){func(s *nvmlpoll.Snapshot) {
-		resolver.Refresh(union(s.PIDs(), store.PIDs()))
-		store.Prune(time.Now(), alive)
-		store.DropUnlisted(time.Now(), o.unlistedGrace, listedOn(s, sim))
-	}}
-	poller := nvmlpoll.NewPoller(cfg)
+	running := workload.Running(o.procPath, b.processes)
+	poller := nvmlpoll.NewPoller(nvmlpoll.Config{Lib: b.lib, Interval: o.pollInterval, ProcessRefresh: o.processRefresh, Logger: log.With(logger, "component", "nvml"),
+		OnPoll: []func(*nvmlpoll.Snapshot){func(s *nvmlpoll.Snapshot) {
+			resolver.Refresh(attribution.PIDsToLabel(s, store.PIDs()))
+			store.Prune(time.Now(), running)
+			store.DropUnlisted(time.Now(), o.unlistedGrace, s.ListedOn(b.sees))
+		}}})
 	if o.releaseStartupPages {
 		// Once: by the end of the first poll NVML is initialised and every
 		// source has started; what start-up alone touched can go.
@@ -271,12 +262,7 @@ func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, er
 	// The one join, and what reads it.
 	// Memory labels the processes that exited, which the store keeps for
 	// --allocstats.oom-linger, as they were labelled while they ran.
-	join := attribution.Sources{NVML: poller, Allocator: store, Workload: resolver, SettleLabels: true, Memory: attribution.NewMemory()}
-	if sim != nil {
-		// The simulated processes' pods and Slurm jobs, as the workload
-		// cache would name real ones.
-		join.Workload = lookups{sim, resolver}
-	}
+	join := attribution.Sources{NVML: poller, Allocator: store, Workload: b.processes, SettleLabels: true, Memory: attribution.NewMemory()}
 	reports := oom.New(oom.Config{Capacity: o.oomReports, Sources: join, Fresh: poller.Fresh, Logger: log.With(logger, "component", "oom"),
 		OnReport: func(rep oom.Report) {
 			oomEvents.OOM(podevents.PodRef{Namespace: rep.Namespace, Name: rep.Pod, UID: rep.PodUID}, rep.Sentence())
@@ -295,7 +281,7 @@ func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, er
 		Interval:        o.pollInterval,
 		ServerVersion:   version.Version,
 		OOMVerdict:      true, // the OOM reports answer through OOMEvent.Reply
-		KnownDevice:     knownDevice(poller),
+		KnownDevice:     poller.KnownDevice,
 		ProcPath:        o.procPath,
 
 		MaxConnectionsPerUID: o.maxConnectionsPerUID,
@@ -356,7 +342,7 @@ func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, er
 	})
 	mux := http.NewServeMux()
 	mux.Handle(o.metricsPath, exposition.NewHandler(exp, reg, exposition.Options{
-		ErrorLog:            promhttpLogger{logger},
+		ErrorLog:            logging.PromHTTP{Logger: logger},
 		MaxRequestsInFlight: 10,
 		Fallback:            prometheus.Gatherers{reg, exp.Gatherer()},
 	}))
@@ -390,18 +376,6 @@ func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, er
 // -tags pprof (pprof_build.go).
 var debugHandlers func(*http.ServeMux)
 
-// lookups asks each lookup in turn.
-type lookups []attribution.Lookup
-
-func (ls lookups) Lookup(pid uint32) (workload.Info, bool) {
-	for _, l := range ls {
-		if in, ok := l.Lookup(pid); ok {
-			return in, true
-		}
-	}
-	return workload.Info{}, false
-}
-
 // ready says whether /-/ready is green: the socket is in place and NVML
 // has been polled successfully.
 func ready(p *nvmlpoll.Poller, srv *allocstats.Server) (bool, string) {
@@ -417,85 +391,50 @@ func ready(p *nvmlpoll.Poller, srv *allocstats.Server) (bool, string) {
 	return false, "NVML has not been polled yet."
 }
 
-// processAlive tells the store's Prune whether a reporting process still
-// runs: the simulated node answers for its own pids, the resolver's
-// Refresh of the same poll for the rest (so that each /proc/<pid>/stat is
-// read once a poll), /proc for a pid it did not read. It answers true when
-// it cannot tell (the TTL still applies after a disconnect).
-func processAlive(procPath string, sim *simulate.Node, resolver *workload.ProcResolver) func(pid uint32, start uint64) bool {
-	return func(pid uint32, start uint64) bool {
-		if sim != nil {
-			if alive, ok := sim.Alive(pid); ok {
-				return alive
-			}
-		}
-		if alive, known := resolver.Alive(pid, start); known {
-			return alive
-		}
-		st, err := workload.StartTime(procPath, pid)
-		if errors.Is(err, fs.ErrNotExist) {
-			return false
-		}
-		if err != nil {
-			return true
-		}
-		return start == 0 || st == start
-	}
+// backend is what --nvml.backend chooses: the NVML library, what names
+// processes and tells whether they run, and which pids the library can
+// list.
+type backend struct {
+	lib       nvml.Interface
+	processes workload.Tracker
+	sees      func(pid uint32) bool // nil: every pid
 }
 
-func union(a, b []uint32) []uint32 {
-	seen := make(map[uint32]struct{}, len(a)+len(b))
-	out := make([]uint32, 0, len(a)+len(b))
-	for _, s := range [][]uint32{a, b} {
-		for _, p := range s {
-			if _, ok := seen[p]; !ok {
-				seen[p] = struct{}{}
-				out = append(out, p)
-			}
-		}
+// newBackend is the one place that chooses between a real GPU and the
+// simulated node. The simulated node is an NVML library whose polls
+// advance it and feed its processes' allocator state to store; it names
+// and tracks its own processes before the resolver, and its NVML lists
+// only them.
+func newBackend(o *options, store *allocstats.Store, resolver *workload.ProcResolver, logger log.Logger) (backend, error) {
+	if o.backend != "simulated" {
+		return backend{lib: nvml.New(), processes: resolver}, nil
 	}
-	return out
+	sim, err := simulate.New(simulate.Config{Scenario: o.simScenario, ProcessesPerGPU: o.simProcesses, Seed: o.simSeed, Speed: o.simSpeed, Sink: store})
+	if err != nil {
+		return backend{}, err
+	}
+	level.Info(logger).Log("msg", "using the simulated NVML backend: 8 scripted H200 GPUs", "scenario", sim.Scenario(), "seed", o.simSeed, "speed", o.simSpeed)
+	return backend{lib: sim.Advancing(), processes: workload.Trackers{sim, resolver}, sees: sim.Sees}, nil
 }
 
-// knownDevice matches a normalised UUID against the devices NVML lists,
-// and gives the device's total memory (0 when unknown).
-func knownDevice(p *nvmlpoll.Poller) func(string) (string, uint64, bool) {
-	return func(uuid string) (string, uint64, bool) {
-		d, ok := p.Snapshot().Device(uuid)
-		if !ok {
-			return "", 0, false
-		}
-		var total uint64
-		if d.HasMemory {
-			total = d.Memory.Total
-		}
-		return d.UUID, total, true
+// fitFileLimit fits the connection caps under the open file limit
+// (internal/fdbudget) and gives the resolver what they leave.
+func fitFileLimit(o *options, logger log.Logger) error {
+	listeners := 1
+	if o.webConfig != nil && o.webConfig.WebListenAddresses != nil {
+		listeners = max(1, len(*o.webConfig.WebListenAddresses))
 	}
-}
-
-// listedOn tells the store's DropUnlisted whether NVML lists pid on the
-// device uuid in snap. It answers true when it cannot tell: the device's
-// process list could not be read, or the simulated node, which never lists
-// real processes, is asked about one.
-func listedOn(snap *nvmlpoll.Snapshot, sim *simulate.Node) func(pid uint32, uuid string) bool {
-	return func(pid uint32, uuid string) bool {
-		if sim != nil {
-			if _, ok := sim.Alive(pid); !ok {
-				return true
-			}
-		}
-		d, ok := snap.Device(uuid)
-		if !ok {
-			return false
-		}
-		if !d.HasProcesses {
-			return true
-		}
-		for _, p := range d.Processes {
-			if p.PID == pid {
-				return true
-			}
-		}
-		return false
+	c := fdbudget.Caps{
+		SocketConnections: o.maxConnections, SocketConnectionsPerUID: o.maxConnectionsPerUID,
+		WebConnections: o.webMaxConnections, WebListeners: listeners, MaxPidfds: workload.MaxPidfds,
 	}
+	if o.healthAddress != "" {
+		c.HealthConnections = fdbudget.HealthMaxConnections
+	}
+	c, err := fdbudget.Fit(c, logger)
+	if err != nil {
+		return err
+	}
+	o.maxConnections, o.maxConnectionsPerUID, o.pidfds = c.SocketConnections, c.SocketConnectionsPerUID, c.Pidfds
+	return nil
 }

@@ -47,7 +47,7 @@ current-context: c
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			rec, err := startOOMEvents(ctx, o, tc.inCluster, log.NewNopLogger())
+			rec, err := startOOMEvents(ctx, o.oomEvents && tc.inCluster, o.kubeconfig, o.nodeName, log.NewNopLogger())
 			if err != nil {
 				t.Fatal(err)
 			}

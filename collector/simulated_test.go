@@ -11,8 +11,8 @@ import (
 	"github.com/gpumem/gpumem_exporter/simulate"
 )
 
-// simulatedNode wires the simulated node as main does: the simulator's
-// allocator state feeds a store before each poll.
+// simulatedNode wires the simulated node as main does: each poll steps
+// the node, whose allocator state feeds a store.
 func simulatedNode(t testing.TB, processesPerGPU int) (*nvmlpoll.Poller, *simulate.Node, *allocstats.Store) {
 	t.Helper()
 	store := allocstats.NewStore(time.Minute)
@@ -20,7 +20,7 @@ func simulatedNode(t testing.TB, processesPerGPU int) (*nvmlpoll.Poller, *simula
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := nvmlpoll.NewPoller(nvmlpoll.Config{Lib: sim.Interface(), BeforePoll: sim.Step})
+	p := nvmlpoll.NewPoller(nvmlpoll.Config{Lib: sim.Advancing()})
 	return p, sim, store
 }
 

@@ -23,7 +23,7 @@ import (
 func simulatedExporter(t testing.TB, scenarioName string, processesPerGPU int, aggregate string) (*nvmlpoll.Poller, *Exporter, *prometheus.Registry) {
 	t.Helper()
 	sim, store := simulatedSources(t, scenarioName, processesPerGPU)
-	p := nvmlpoll.NewPoller(nvmlpoll.Config{Lib: sim.Interface(), BeforePoll: sim.Step})
+	p := nvmlpoll.NewPoller(nvmlpoll.Config{Lib: sim.Advancing()})
 	exp, reg := exporterOver(t, p, store, sim, aggregate)
 	return p, exp, reg
 }
@@ -152,7 +152,7 @@ func TestTextIsReusedWhileTheViewIsTheSame(t *testing.T) {
 // once a figure moves, it is rendered anew.
 func TestTextIsReusedAfterAPollThatReadTheSame(t *testing.T) {
 	sim, store := simulatedSources(t, simulate.Load, 4)
-	// No BeforePoll: the node moves only when the test steps it.
+	// The still NVML: the node moves only when the test steps it.
 	p := nvmlpoll.NewPoller(nvmlpoll.Config{Lib: sim.Interface()})
 	exp, reg := exporterOver(t, p, store, sim, AggregatePID)
 	for i := 0; i < 30; i++ { // processes started and reporting

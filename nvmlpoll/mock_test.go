@@ -90,3 +90,13 @@ const (
 	MiB = 1 << 20
 	GiB = 1 << 30
 )
+
+// onEachPoll makes s call f as each poll begins: at its count of devices.
+func onEachPoll(s *server.Server, f func()) *server.Server {
+	count := s.DeviceGetCountFunc
+	s.DeviceGetCountFunc = func() (int, nvml.Return) {
+		f()
+		return count()
+	}
+	return s
+}

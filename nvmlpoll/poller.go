@@ -31,8 +31,6 @@ type Config struct {
 	// OnPoll hooks run in the poll goroutine after each published snapshot
 	// (resolving pids, pruning exited processes). They must not block long.
 	OnPoll []func(*Snapshot)
-	// BeforePoll runs before each poll (the simulator advances its script).
-	BeforePoll func()
 	// InitBackoffMin and InitBackoffMax bound the retry delay while NVML
 	// cannot be initialised. Defaults 1s and 1m.
 	InitBackoffMin, InitBackoffMax time.Duration
@@ -373,9 +371,6 @@ func (p *Poller) Poll() (err error) {
 			p.up.Store(false)
 			return err
 		}
-	}
-	if p.cfg.BeforePoll != nil {
-		p.cfg.BeforePoll()
 	}
 	start := time.Now()
 	defer func() {

@@ -288,7 +288,7 @@ func TestAStuckPollTakesNVMLDown(t *testing.T) {
 // waking Run early instead of waiting out the interval.
 func TestFreshPollsNowAndCoalesces(t *testing.T) {
 	var polls atomic.Int32
-	p := NewPoller(Config{Lib: newMockNode(), Interval: time.Hour, BeforePoll: func() { polls.Add(1) }})
+	p := NewPoller(Config{Lib: onEachPoll(newMockNode(), func() { polls.Add(1) }), Interval: time.Hour})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go p.Run(ctx)
@@ -335,11 +335,11 @@ func TestRunPollsOnTheGridOfTheInterval(t *testing.T) {
 	const interval = 300 * time.Millisecond
 	var mu sync.Mutex
 	var starts []time.Time
-	p := NewPoller(Config{Lib: newMockNode(), Interval: interval, BeforePoll: func() {
+	p := NewPoller(Config{Lib: onEachPoll(newMockNode(), func() {
 		mu.Lock()
 		starts = append(starts, time.Now())
 		mu.Unlock()
-	}})
+	}), Interval: interval})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { p.Run(ctx); close(done) }()

@@ -118,8 +118,8 @@ type script interface {
 	step(dt time.Duration) state
 }
 
-// Node is the simulated node. Step advances it (the poller does before
-// each poll); NVML and the sink see the state of the last step.
+// Node is the simulated node. Step advances it (each poll of Advancing
+// does); NVML and the sink see the state of the last step.
 type Node struct {
 	cfg    Config
 	server *server.Server
@@ -178,8 +178,26 @@ func New(cfg Config) (*Node, error) {
 	return n, nil
 }
 
-// Interface returns the simulated NVML library.
+// Interface returns the simulated NVML library as it stands after the
+// last Step: reading it never moves the node.
 func (n *Node) Interface() nvml.Interface { return n.server }
+
+// Advancing returns the simulated NVML library of a running node: each
+// count of devices, with which every NVML poll begins, first steps the node
+// to now, so that the poll reads the state at its own time. The exporter
+// polls this one.
+func (n *Node) Advancing() nvml.Interface { return advancing{n.server, n} }
+
+// advancing is the node's NVML whose DeviceGetCount steps the node.
+type advancing struct {
+	nvml.Interface
+	node *Node
+}
+
+func (a advancing) DeviceGetCount() (int, nvml.Return) {
+	a.node.Step()
+	return a.Interface.DeviceGetCount()
+}
 
 // Scenario is what the node runs.
 func (n *Node) Scenario() string { return n.cfg.Scenario }
@@ -288,10 +306,12 @@ func (n *Node) Step() {
 	}
 }
 
-// Alive reports whether pid is a live process of the node, and ok whether
-// the node knows pid at all (its pids are above any real one's range).
-func (n *Node) Alive(pid uint32) (alive, ok bool) {
-	if pid < pidBase {
+// Alive reports whether pid is a live process of the node, and known
+// whether pid is the node's at all (its pids are above any real one's
+// range). start is not compared: when the node reuses a pid, the new
+// process's first report replaces the old one's entry in the store.
+func (n *Node) Alive(pid uint32, start uint64) (alive, known bool) {
+	if !n.Sees(pid) {
 		return false, false
 	}
 	n.mu.Lock()
@@ -299,6 +319,10 @@ func (n *Node) Alive(pid uint32) (alive, ok bool) {
 	_, alive = n.pids[pid]
 	return alive, true
 }
+
+// Sees reports whether the node's NVML can list pid: only its own
+// processes, never a real one.
+func (n *Node) Sees(pid uint32) bool { return pid >= pidBase }
 
 // Lookup names a simulated process as the workload cache names a real one:
 // comm, and the pod or Slurm job it belongs to.

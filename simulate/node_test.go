@@ -1,6 +1,7 @@
 package simulate
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -44,7 +45,7 @@ func mustNew(t testing.TB, cfg Config) *Node {
 }
 
 func newPoller(n *Node) *nvmlpoll.Poller {
-	return nvmlpoll.NewPoller(nvmlpoll.Config{Lib: n.Interface(), BeforePoll: n.Step})
+	return nvmlpoll.NewPoller(nvmlpoll.Config{Lib: n.Advancing()})
 }
 
 func pollOnce(t *testing.T, p *nvmlpoll.Poller) *nvmlpoll.Snapshot {
@@ -172,13 +173,13 @@ func TestAliveKnowsOnlyTheNodesPids(t *testing.T) {
 	if len(pids) == 0 {
 		t.Fatal("no process after the first step")
 	}
-	if alive, ok := sim.Alive(pids[0]); !alive || !ok {
+	if alive, ok := sim.Alive(pids[0], 0); !alive || !ok {
 		t.Errorf("Alive(%d) = %v, %v for a listed process; want true, true", pids[0], alive, ok)
 	}
-	if _, ok := sim.Alive(1); ok {
+	if _, ok := sim.Alive(1, 0); ok {
 		t.Error("Alive(1) claims a real pid as the node's")
 	}
-	if alive, ok := sim.Alive(pidBase + 9999); alive || !ok {
+	if alive, ok := sim.Alive(pidBase+9999, 0); alive || !ok {
 		t.Errorf("Alive of a node pid that never ran = %v, %v; want false, true", alive, ok)
 	}
 }
@@ -319,5 +320,24 @@ func TestStatsBeforeAnOOMAreTheFiguresAtTheFailure(t *testing.T) {
 				t.Errorf("%d oom messages for the scenario's %d OOMs in 2 hours, want them all and 20 or more", ooms, len(want))
 			}
 		})
+	}
+}
+
+// A poll of Advancing steps the node; a poll of Interface reads the last
+// step and never moves it.
+func TestOnlyTheAdvancingNVMLStepsTheNode(t *testing.T) {
+	sim := mustNew(t, Config{Scenario: Load, ProcessesPerGPU: 1, Now: clock(time.Minute)})
+	still := nvmlpoll.NewPoller(nvmlpoll.Config{Lib: sim.Interface()})
+	if snap := pollOnce(t, still); len(snap.PIDs()) != 0 {
+		t.Fatalf("a poll of Interface before any step lists %v", snap.PIDs())
+	}
+	snap := pollOnce(t, newPoller(sim))
+	if len(snap.PIDs()) == 0 {
+		t.Fatal("a poll of Advancing did not start the node")
+	}
+	for i := 0; i < 3; i++ {
+		if got := pollOnce(t, still); !slices.Equal(got.PIDs(), snap.PIDs()) || got.Devices[0].Memory != snap.Devices[0].Memory {
+			t.Fatal("a poll of Interface moved the node")
+		}
 	}
 }

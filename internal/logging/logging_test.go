@@ -1,4 +1,4 @@
-package main
+package logging
 
 import (
 	"bytes"
@@ -22,7 +22,7 @@ func TestLogLinesNameTheirCallerAndDroppedLinesCostNoValuers(t *testing.T) {
 	logTimestamp = func() any { evaluated++; return oldTime() }
 
 	var buf bytes.Buffer
-	logger, _ := newLoggerTo(&buf, &options{logLevel: "info", logFormat: "logfmt"})
+	logger, _ := newTo(&buf, "info", "logfmt")
 	component := log.With(logger, "component", "nvml")
 
 	level.Debug(component).Log("msg", "dropped")
