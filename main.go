@@ -270,28 +270,8 @@ func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, er
 	store.OnOOM(reports.Record)
 	poller.OnPoll(reports.Observe)
 
-	srv, err := allocstats.NewServer(allocstats.Config{
-		SocketPath:      o.socket,
-		SocketExplicit:  o.socketExplicit,
-		SocketMode:      os.FileMode(o.socketMode),
-		MaxMessageBytes: o.maxMessageBytes,
-		MaxConnections:  o.maxConnections,
-		MaxDevices:      o.maxDevices,
-		IdleTimeout:     o.idleTimeout,
-		Interval:        o.pollInterval,
-		ServerVersion:   version.Version,
-		OOMVerdict:      true, // the OOM reports answer through OOMEvent.Reply
-		KnownDevice:     poller.KnownDevice,
-		ProcPath:        o.procPath,
-
-		MaxConnectionsPerUID: o.maxConnectionsPerUID,
-		MaxBufferedBytes:     o.maxBufferedBytes,
-	}, store, log.With(logger, "component", "allocstats"))
+	srv, err := socketServer(o, store, poller.KnownDevice, log.With(logger, "component", "allocstats"))
 	if err != nil {
-		closeHealth()
-		return nil, err
-	}
-	if err := srv.Listen(); err != nil {
 		closeHealth()
 		return nil, err
 	}
@@ -329,17 +309,7 @@ func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, er
 		done <- struct{}{}
 	}()
 
-	healthMux := http.NewServeMux()
-	healthMux.HandleFunc("/-/healthy", func(w http.ResponseWriter, _ *http.Request) {
-		fmt.Fprintln(w, "Healthy.")
-	})
-	healthMux.HandleFunc("/-/ready", func(w http.ResponseWriter, _ *http.Request) {
-		if ok, why := ready(poller, srv); !ok {
-			http.Error(w, "Not ready: "+why, http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "Ready.")
-	})
+	healthMux := healthHandler(poller, srv)
 	mux := http.NewServeMux()
 	mux.Handle(o.metricsPath, exposition.NewHandler(exp, reg, exposition.Options{
 		ErrorLog:            logging.PromHTTP{Logger: logger},
@@ -375,6 +345,51 @@ func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, er
 // debugHandlers adds handlers for profiling; set only in a build with
 // -tags pprof (pprof_build.go).
 var debugHandlers func(*http.ServeMux)
+
+// socketServer is the allocator stats server of the flags, reporting to
+// store and checking reported devices with knownDevice, listening.
+func socketServer(o *options, store *allocstats.Store, knownDevice func(string) (string, uint64, bool), logger log.Logger) (*allocstats.Server, error) {
+	srv, err := allocstats.NewServer(allocstats.Config{
+		SocketPath:      o.socket,
+		SocketExplicit:  o.socketExplicit,
+		SocketMode:      os.FileMode(o.socketMode),
+		MaxMessageBytes: o.maxMessageBytes,
+		MaxConnections:  o.maxConnections,
+		MaxDevices:      o.maxDevices,
+		IdleTimeout:     o.idleTimeout,
+		Interval:        o.pollInterval,
+		ServerVersion:   version.Version,
+		OOMVerdict:      true, // the OOM reports answer through OOMEvent.Reply
+		KnownDevice:     knownDevice,
+		ProcPath:        o.procPath,
+
+		MaxConnectionsPerUID: o.maxConnectionsPerUID,
+		MaxBufferedBytes:     o.maxBufferedBytes,
+	}, store, logger)
+	if err != nil {
+		return nil, err
+	}
+	if err := srv.Listen(); err != nil {
+		return nil, err
+	}
+	return srv, nil
+}
+
+// healthHandler serves /-/healthy and /-/ready.
+func healthHandler(p *nvmlpoll.Poller, srv *allocstats.Server) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/-/healthy", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "Healthy.")
+	})
+	mux.HandleFunc("/-/ready", func(w http.ResponseWriter, _ *http.Request) {
+		if ok, why := ready(p, srv); !ok {
+			http.Error(w, "Not ready: "+why, http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "Ready.")
+	})
+	return mux
+}
 
 // ready says whether /-/ready is green: the socket is in place and NVML
 // has been polled successfully.
