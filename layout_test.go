@@ -1,11 +1,7 @@
 package main
 
 import (
-	"os"
 	"os/exec"
-	"path/filepath"
-	"regexp"
-	"sort"
 	"strings"
 	"testing"
 )
@@ -61,53 +57,5 @@ func TestPackagesFollowTheDataFlow(t *testing.T) {
 				t.Errorf("%s (layer %d) imports %s (layer %d): imports must point down the data flow", pkg, from, dep, to)
 			}
 		}
-	}
-}
-
-// Every exporter flag that a deployment file passes exists, checked
-// against the binary's own --help-long.
-func TestDeployedFlagsExist(t *testing.T) {
-	t.Parallel()
-	out, err := exporterCommand("--help-long").CombinedOutput()
-	if err != nil {
-		t.Fatalf("--help-long: %v\n%s", err, out)
-	}
-	known := map[string]bool{}
-	for _, m := range regexp.MustCompile(`--(\[no-\])?([a-z][a-z0-9.-]*)`).FindAllStringSubmatch(string(out), -1) {
-		known[m[2]] = true
-		if m[1] != "" {
-			known["no-"+m[2]] = true
-		}
-	}
-	if !known["web.listen-address"] || !known["collector.gpu"] {
-		t.Fatalf("--help-long does not list the expected flags:\n%s", out)
-	}
-	ours := regexp.MustCompile(`^(no-)?(web|log|nvml|allocstats|path|kubernetes|collector)\.`)
-	flag := regexp.MustCompile(`--([a-z][a-z0-9.-]*[a-z0-9])`)
-	var files []string
-	for _, glob := range []string{"deploy/kubernetes/*.yaml", "deploy/helm/*/templates/*.yaml", "deploy/helm/*/values.yaml", "deploy/systemd/*", "README.md", "docs/*.md"} {
-		m, _ := filepath.Glob(glob)
-		files = append(files, m...)
-	}
-	sort.Strings(files)
-	checked := 0
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range flag.FindAllStringSubmatch(string(b), -1) {
-			name := m[1]
-			if !ours.MatchString(name) {
-				continue
-			}
-			checked++
-			if !known[name] {
-				t.Errorf("%s passes --%s, which the exporter does not have", f, name)
-			}
-		}
-	}
-	if checked == 0 {
-		t.Error("no exporter flag found in the deployment files: the test reads nothing")
 	}
 }

@@ -1,12 +1,21 @@
 // Package e2e runs gpumem_exporter end to end: the real binary, built from
-// this module, serving its simulated node (scenario mix, sped up), scraped by
-// a real Prometheus that loads deploy/prometheus/rules.yml. Its tests check
-// what no unit test can: that every query of every dashboard in dashboards/
-// returns data, that every variable has values, and that the out-of-memory
-// panels count each error once.
+// this module, as a process. By what they test:
 //
-// The package has no Go code of its own. Its tests need `prometheus` on
-// PATH (Debian: apt-get install prometheus); without it they are skipped,
-// except in CI. GPUMEM_E2E_EXPORTER names a prebuilt exporter binary to use
-// instead of building one.
+//   - exporter_test.go, flags_test.go: the exporter alone on its simulated
+//     node: every metric of docs/metrics.md served and promtool-clean,
+//     readiness and health, TLS and basic auth, the socket protocol from a
+//     client's side, flags that fail cleanly, no leaked descriptors.
+//   - kubernetes_test.go: real instrumented processes (this test binary
+//     re-executed as a client) named with their pods through a test
+//     Kubernetes API server and a fixture /proc.
+//   - stack_test.go, dashboards_test.go, shards_test.go: the exporter
+//     scraped by a real Prometheus that loads deploy/prometheus/rules.yml:
+//     every query of every dashboard in dashboards/ returns data, every
+//     variable has values, the out-of-memory panels count each error once.
+//     These need `prometheus` on PATH (Debian: apt-get install prometheus);
+//     without it they are skipped, except in CI.
+//
+// The attacks of docs/security.md, against the same binary, are in attack/.
+// The package has no Go code of its own. GPUMEM_E2E_EXPORTER names a
+// prebuilt exporter binary to use instead of building one.
 package e2e

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"bufio"
@@ -22,6 +22,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -33,30 +34,28 @@ import (
 	"github.com/gpumem/gpumem_exporter/internal/exportertest"
 )
 
-// End-to-end tests: they run the exporter as its own process, in
-// simulated mode. The process is this test binary re-executed with
-// roleEnv=exporter, which runs main() instead of the tests (no separate
-// build: the binary is already compiled, with the same flags as the tests).
-// The attacks of docs/security.md run against the built binary in attack/.
+// The exporter's end-to-end tests without Prometheus: they run the
+// exporter's binary (built once, cached, as the stack's) in simulated mode
+// and check what a user sees: /metrics against docs/metrics.md, readiness,
+// TLS and basic auth, the protocol from a client's side, flags, file
+// descriptors. The attacks of docs/security.md run against the same binary
+// in attack/.
 
-// roleEnv tells a re-executed test binary what to be: "exporter" (main)
-// or "client" (an instrumented process, attribution_test.go).
+// roleEnv tells a re-executed test binary what to be: "client" (an
+// instrumented process, kubernetes_test.go) instead of running the tests.
 const roleEnv = "GPUMEM_TEST_ROLE"
 
-func TestMain(m *testing.M) {
-	switch os.Getenv(roleEnv) {
-	case "exporter":
-		os.Args = append([]string{exporterName}, os.Args[1:]...)
-		main()
-		os.Exit(0)
-	case "client":
-		if err := attrRunClient(os.Stdin, os.Stdout); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		os.Exit(0)
+// The client role runs before TestMain: a re-executed test binary is the
+// client and nothing else.
+func init() {
+	if os.Getenv(roleEnv) != "client" {
+		return
 	}
-	os.Exit(m.Run())
+	if err := attrRunClient(os.Stdin, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Exit(0)
 }
 
 // roleCommand is this test binary re-executed as role, with args.
@@ -66,15 +65,36 @@ func roleCommand(role string, args []string, env ...string) *exec.Cmd {
 	return cmd
 }
 
-// exporterCommand is the exporter run with args.
-func exporterCommand(args ...string) *exec.Cmd {
-	return roleCommand("exporter", args)
+var exporterBin struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// exporterCommand gives the exporter run with args: GPUMEM_E2E_EXPORTER,
+// or the module's main package built (once, cached) with -race when this
+// test binary has it.
+func exporterCommand(t testing.TB) exportertest.Command {
+	t.Helper()
+	exporterBin.once.Do(func() {
+		if exporterBin.path = os.Getenv("GPUMEM_E2E_EXPORTER"); exporterBin.path == "" {
+			exporterBin.path, exporterBin.err = exportertest.Binary(repoRoot, raceEnabled)
+		}
+	})
+	if exporterBin.err != nil {
+		t.Fatalf("building the exporter: %v", exporterBin.err)
+	}
+	return func(args ...string) *exec.Cmd {
+		cmd := exec.Command(exporterBin.path, args...)
+		cmd.Env = exportertest.ChildEnv()
+		return cmd
+	}
 }
 
 // startExporter runs the exporter (exportertest.Start) until the test ends.
 func startExporter(t *testing.T, args ...string) *exportertest.Exporter {
 	t.Helper()
-	return exportertest.Start(t, exporterCommand, args...)
+	return exportertest.Start(t, exporterCommand(t), args...)
 }
 
 // scrape parses one /metrics scrape, failing the test if it cannot.
@@ -194,13 +214,13 @@ func servedLabels(fams map[string]*dto.MetricFamily) map[string]string {
 }
 
 func documentedLabels(t *testing.T) map[string]string {
-	return doccheck.DocumentedLabels(t, "docs/metrics.md")
+	return doccheck.DocumentedLabels(t, "../docs/metrics.md")
 }
 
 func documentedMetrics(t *testing.T) []string {
 	t.Helper()
 	var names []string
-	for name := range doccheck.DocumentedMetrics(t, "docs/metrics.md") {
+	for name := range doccheck.DocumentedMetrics(t, "../docs/metrics.md") {
 		names = append(names, name)
 	}
 	sort.Strings(names)

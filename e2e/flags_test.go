@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"errors"
@@ -41,7 +41,7 @@ func TestBadFlagValuesNameTheFlagAndLeaveNothing(t *testing.T) {
 			t.Parallel()
 			dir := exportertest.ShortTempDir(t)
 			socket := filepath.Join(dir, "sub", "a.sock")
-			cmd := exporterCommand("--nvml.backend=simulated", "--web.listen-address=127.0.0.1:0", "--allocstats.socket="+socket, tc.arg)
+			cmd := exporterCommand(t)("--nvml.backend=simulated", "--web.listen-address=127.0.0.1:0", "--allocstats.socket="+socket, tc.arg)
 			out, err := cmd.CombinedOutput()
 			var exit *exec.ExitError
 			if !errors.As(err, &exit) || exit.ExitCode() != 2 {
@@ -69,7 +69,7 @@ func TestPortInUseFailsBeforeTheSocketIsCreated(t *testing.T) {
 	for _, addr := range []string{busy.Addr().String(), ":notaport"} {
 		dir := exportertest.ShortTempDir(t)
 		socket := filepath.Join(dir, "a.sock")
-		out, err := exporterCommand("--nvml.backend=simulated", "--web.listen-address="+addr, "--allocstats.socket="+socket).CombinedOutput()
+		out, err := exporterCommand(t)("--nvml.backend=simulated", "--web.listen-address="+addr, "--allocstats.socket="+socket).CombinedOutput()
 		if err == nil {
 			t.Fatalf("--web.listen-address=%s: the exporter ran; output:\n%s", addr, out)
 		}

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"bufio"
@@ -48,7 +48,7 @@ const (
 )
 
 // attrRunClient is one instrumented process: the test binary re-executed
-// with roleEnv=client (TestMain) runs it. It waits for "go" on stdin (so
+// with roleEnv=client (init in exporter_test.go) runs it. It waits for "go" on stdin (so
 // that the parent can write its procfs fixture first: the daemon reads the
 // start time when the connection opens), connects, sends hello and one
 // stats message, prints "ready", and stays connected until stdin closes.
