@@ -18,6 +18,9 @@ import (
 	"github.com/gpumem/gpumem_exporter/simulate/scenario"
 )
 
+// exporterName names the program in its help, version and build info.
+const exporterName = "gpumem_exporter"
+
 // options are the parsed command line. Defaults live in the flag
 // definitions only (from the packages' Default… constants).
 type options struct {

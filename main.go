@@ -50,8 +50,6 @@ import (
 	"github.com/gpumem/gpumem_exporter/workload/pods"
 )
 
-const exporterName = "gpumem_exporter"
-
 func init() {
 	if version.Version == "" {
 		version.Version = "0.1.0-dev"
