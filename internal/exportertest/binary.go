@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -21,9 +22,16 @@ import (
 // new one is built, unless a test process is using them.
 const cacheKeep = 3
 
-// binaryLock holds, for the life of this process, a shared lock on the
-// cache entry of the binary it runs, so that no other process prunes it.
-var binaryLock *os.File
+// binaryLocks hold, for the life of this process, a shared lock on the
+// cache entry of each binary it runs, so that no other process prunes it;
+// built remembers those binaries, so that a second call in the process
+// returns at once instead of waiting for the exclusive lock its own
+// shared one blocks.
+var (
+	binaryMu    sync.Mutex
+	binaryLocks []*os.File
+	builtByKey  = map[string]string{}
+)
 
 // Binary returns the path of gpumem_exporter built from the module at
 // moduleDir, with -race when race is set. The build is kept in
@@ -33,7 +41,7 @@ var binaryLock *os.File
 // go.sum, the Go version and the build flags and environment: a run of the
 // tests reuses it until one of them changes. A lock (flock) on the entry
 // makes parallel `go test` processes build it once. Call it once per
-// process.
+// process; later calls with the same arguments return the same path.
 func Binary(moduleDir string, race bool) (string, error) {
 	var flags []string
 	if race {
@@ -42,6 +50,11 @@ func Binary(moduleDir string, race bool) (string, error) {
 	key, err := buildKey(moduleDir, flags)
 	if err != nil {
 		return "", err
+	}
+	binaryMu.Lock()
+	defer binaryMu.Unlock()
+	if bin, ok := builtByKey[key]; ok {
+		return bin, nil
 	}
 	cache, err := os.UserCacheDir()
 	if err != nil {
@@ -56,41 +69,58 @@ func Binary(moduleDir string, race bool) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+	bin := filepath.Join(dir, "gpumem_exporter")
+	built := false
+	// The shared lock on "lock", held for the process's whole run, keeps
+	// the entry from being pruned, and shared holders never block each
+	// other. A missing binary is built under the exclusive lock of a
+	// second file, "build", so that parallel processes build it once.
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_SH); err != nil {
 		lock.Close()
 		return "", fmt.Errorf("locking %s: %w", dir, err)
 	}
-	bin := filepath.Join(dir, "gpumem_exporter")
-	built := false
 	if _, err := os.Stat(bin); err != nil {
-		tmp := fmt.Sprintf("%s.%d.tmp", bin, os.Getpid())
-		cmd := exec.Command("go", append(append([]string{"build"}, flags...), "-o", tmp, ".")...)
-		cmd.Dir = moduleDir
-		if out, err := cmd.CombinedOutput(); err != nil {
-			os.Remove(tmp)
-			lock.Close()
-			return "", fmt.Errorf("go build %s: %v\n%s", strings.Join(flags, " "), err, out)
-		}
-		if err := os.Rename(tmp, bin); err != nil {
+		b, err := build(moduleDir, dir, bin, flags)
+		if err != nil {
 			lock.Close()
 			return "", err
 		}
-		built = true
+		built = b
 	}
-	// Mark the entry used, and keep it from being pruned while this
-	// process runs. (Converting the lock is not atomic; the pruner also
-	// spares entries used in the last minute.)
+	// Mark the entry used (the pruner also spares entries used in the
+	// last minute).
 	now := time.Now()
 	os.Chtimes(dir, now, now)
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_SH); err != nil {
-		lock.Close()
-		return "", err
-	}
-	binaryLock = lock
+	binaryLocks = append(binaryLocks, lock)
+	builtByKey[key] = bin
 	if built {
 		prune(root, key)
 	}
 	return bin, nil
+}
+
+// build builds bin under the exclusive lock of dir's "build" file, unless
+// another process built it meanwhile; it says whether it built it.
+func build(moduleDir, dir, bin string, flags []string) (bool, error) {
+	lock, err := os.OpenFile(filepath.Join(dir, "build"), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return false, err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return false, fmt.Errorf("locking %s for the build: %w", dir, err)
+	}
+	if _, err := os.Stat(bin); err == nil {
+		return false, nil
+	}
+	tmp := fmt.Sprintf("%s.%d.tmp", bin, os.Getpid())
+	cmd := exec.Command("go", append(append([]string{"build"}, flags...), "-o", tmp, ".")...)
+	cmd.Dir = moduleDir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		os.Remove(tmp)
+		return false, fmt.Errorf("go build %s: %v\n%s", strings.Join(flags, " "), err, out)
+	}
+	return true, os.Rename(tmp, bin)
 }
 
 // prune removes the cache entries beyond the cacheKeep most recently used,
