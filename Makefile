@@ -22,9 +22,9 @@ all: build
 build:
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o gpumem_exporter .
 
-# Test binaries go test runs at once: at least 3, one more than a 2-core
-# machine has, because the end-to-end test spends most of its time waiting
-# on Prometheus.
+# Test binaries go test runs at once (but for the timed suites below): at
+# least 3, one more than a 2-core machine has, because the rules' tests
+# spend much of their time waiting on promtool.
 TESTP       ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -lt 3 ] && echo 3 || echo $$n)
 
 # The whole test suite: Go (race detector, end-to-end against the built
@@ -38,8 +38,13 @@ test: test-go
 # linked test binaries in Go's build cache, which go test relinks at every
 # run. go test's own vet pass is off: make lint runs go vet on everything,
 # and the pass would vet every dependency once more for its facts.
+# The end-to-end and attack suites time what an exporter answers under
+# load: they run after the others, one package at a time, so that the
+# other test binaries do not share the two cores with them.
+TIMED_PKGS  := ./attack/ ./e2e/
 test-go:
-	GOTEST_P=$(TESTP) scripts/gotest.sh -race -vet=off -- ./...
+	GOTEST_P=$(TESTP) scripts/gotest.sh -race -vet=off -- $$($(GO) list ./... | grep -v -e '/attack$$' -e '/e2e$$')
+	GOTEST_P=1 scripts/gotest.sh -race -vet=off -- $(TIMED_PKGS)
 
 # Only the alerts' lead-time test (measures the rules over simulated days
 # with promtool; part of test-go).

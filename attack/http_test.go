@@ -57,9 +57,9 @@ const (
 // TestSecurityHTTPStarvation: while one client floods the metrics port and
 // the health port with connections that send nothing, half a header, or
 // a header whose body never comes, every scrape is served, and the probes
-// in time for the kubelet: never livenessFailures in a row (nor a third of
-// them) past the liveness timeout, never readinessFailures in a row past
-// the readiness timeout. (A probe opens a
+// in time for the kubelet: never livenessFailures in a row past the
+// liveness timeout, never readinessFailures in a row past the readiness
+// timeout. (A probe opens a
 // new connection, which waits in the kernel's accept queue behind the
 // flood's; on a loaded machine that wait alone can pass a second. The
 // readiness check is left out against an exporter built with the race
@@ -118,7 +118,7 @@ func TestSecurityHTTPStarvation(t *testing.T) {
 				// failed probes in a row: one probe past its timeout on a
 				// loaded machine (the test binaries of make test run
 				// beside this one) is what the kubelet tolerates too.
-				if prober.failRun >= livenessFailures || prober.ok == 0 || prober.failed*3 > prober.ok+prober.failed {
+				if prober.failRun >= livenessFailures || prober.ok == 0 {
 					t.Errorf("%d of %d probes failed under the %s attack (%d in a row): %s", prober.failed, prober.ok+prober.failed, a.name, prober.failRun, strings.Join(prober.errs, "; "))
 				}
 				if prober.lateRun >= readinessFailures && !race {
