@@ -355,6 +355,22 @@ func oomsOf(expr string) string {
 	return rawOOMs
 }
 
+// workloadInfo is the recording rule that names each process's workload.
+const workloadInfo = "process:gpumem_workload:info"
+
+// namedProcesses are the pids the workload rule named up to end.
+func (s *stack) namedProcesses(ctx context.Context, end time.Time) (map[string]bool, error) {
+	res, err := s.query(ctx, fmt.Sprintf("last_over_time(%s[%s])", workloadInfo, promDuration(end.Sub(s.promStart)+time.Minute)), end)
+	if err != nil {
+		return nil, err
+	}
+	named := map[string]bool{}
+	for _, r := range res {
+		named[r.labels["pid"]] = true
+	}
+	return named, nil
+}
+
 // oomTruthOf is oomTruth over the samples of metric.
 func (s *stack) oomTruthOf(ctx context.Context, metric string, end time.Time, window time.Duration) (counts map[processKey]float64, last map[processKey]float64, err error) {
 	// The base is looked up as an offset would: up to 5 minutes back.
@@ -610,6 +626,23 @@ func TestOOMPanelsCountEachErrorOnce(t *testing.T) {
 		truth, _, err := s.oomTruthOf(ctx, oomsOf(c.expr), last, last.Sub(first)+graphStep)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if strings.Contains(c.expr, workloadInfo) {
+			// A panel that selects by workload counts the processes the
+			// workload rule named; one that exited before the exporter
+			// labelled it (gpumem_process_info is held back until its
+			// labels settle, and the simulated node at speed runs
+			// processes that fail at once) is in the node's and the
+			// fleet's counts, not in a workload's.
+			named, err := s.namedProcesses(ctx, last)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for k := range truth {
+				if !named[k.pid] {
+					delete(truth, k)
+				}
+			}
 		}
 		expr, err := s.substitute(c.expr, full, nil)
 		if err != nil {
