@@ -433,10 +433,10 @@ func (r *Reports) lastContext(row *attribution.Row) (uint64, bool) {
 	return ctx, ok
 }
 
-// Record takes an OOM event (allocstats.Store.OnOOM). With Run going, the
-// report is built in the background from a fresh reading; Record never
-// blocks, and drops the event when the queue is full. Without Run it is
-// built at once.
+// Record takes an OOM event (allocstats.Store.OnOOM). While the Run loop
+// consumes the queue, the report is built in the background from a fresh
+// reading; Record never blocks, and drops the event when the queue is
+// full. Otherwise it is built at once.
 func (r *Reports) Record(ev allocstats.OOMEvent) {
 	if ok, why := r.allow(ev); !ok {
 		r.dropped.WithLabelValues(why).Inc()
