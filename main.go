@@ -242,12 +242,12 @@ func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, er
 		return nil, err
 	}
 	running := workload.Running(o.procPath, b.processes)
-	poller := nvmlpoll.NewPoller(nvmlpoll.Config{Lib: b.lib, Interval: o.pollInterval, ProcessRefresh: o.processRefresh, Logger: log.With(logger, "component", "nvml"),
-		OnPoll: []func(*nvmlpoll.Snapshot){func(s *nvmlpoll.Snapshot) {
-			resolver.Refresh(attribution.PIDsToLabel(s, store.PIDs()))
-			store.Prune(time.Now(), running)
-			store.DropUnlisted(time.Now(), o.unlistedGrace, s.ListedOn(b.sees))
-		}}})
+	poller := nvmlpoll.NewPoller(nvmlpoll.Config{Lib: b.lib, Interval: o.pollInterval, ProcessRefresh: o.processRefresh, Logger: log.With(logger, "component", "nvml")})
+	poller.OnPoll(func(s *nvmlpoll.Snapshot) {
+		resolver.Refresh(attribution.PIDsToLabel(s, store.PIDs()))
+		store.Prune(time.Now(), running)
+		store.DropUnlisted(time.Now(), o.unlistedGrace, s.ListedOn(b.sees))
+	})
 	if o.releaseStartupPages {
 		// Once: by the end of the first poll NVML is initialised and every
 		// source has started; what start-up alone touched can go.

@@ -28,9 +28,6 @@ type Config struct {
 	Lib      nvml.Interface
 	Interval time.Duration
 	Logger   log.Logger
-	// OnPoll hooks run in the poll goroutine after each published snapshot
-	// (resolving pids, pruning exited processes). They must not block long.
-	OnPoll []func(*Snapshot)
 	// InitBackoffMin and InitBackoffMax bound the retry delay while NVML
 	// cannot be initialised. Defaults 1s and 1m.
 	InitBackoffMin, InitBackoffMax time.Duration
@@ -61,6 +58,10 @@ type Poller struct {
 	up       atomic.Bool
 	ready    atomic.Bool
 	polled   atomic.Bool
+
+	// hooks run in the poll goroutine after each published snapshot
+	// (OnPoll).
+	hooks []func(*Snapshot)
 
 	// Owned by the poll goroutine.
 	initialised bool
@@ -174,9 +175,10 @@ func (p *Poller) Up() bool {
 func (p *Poller) StaleAfter() time.Duration { return 3*p.cfg.Interval + 5*time.Second }
 
 // OnPoll adds f to the hooks that run in the poll goroutine after each
-// published snapshot (Config.OnPoll). Add hooks before Run.
+// published snapshot, in the order they were added (resolving pids,
+// pruning exited processes). f must not block long. Add hooks before Run.
 func (p *Poller) OnPoll(f func(*Snapshot)) {
-	p.cfg.OnPoll = append(p.cfg.OnPoll, f)
+	p.hooks = append(p.hooks, f)
 }
 
 // Polled reports whether a poll has been attempted and published, with
@@ -399,7 +401,7 @@ func (p *Poller) Poll() (err error) {
 func (p *Poller) publish(s *Snapshot) {
 	p.polled.Store(true)
 	p.snapshot.Store(s)
-	for _, hook := range p.cfg.OnPoll {
+	for _, hook := range p.hooks {
 		hook(s)
 	}
 }

@@ -47,6 +47,30 @@ func TestPollReadsEveryGPUAndProcess(t *testing.T) {
 	}
 }
 
+func TestOnPollHooksSeeEachPublishedSnapshotInTheOrderAdded(t *testing.T) {
+	p := NewPoller(Config{Lib: newMockNode()})
+	var calls []string
+	var seen []*Snapshot
+	p.OnPoll(func(s *Snapshot) {
+		calls = append(calls, "first")
+		seen = append(seen, s)
+	})
+	p.OnPoll(func(s *Snapshot) {
+		calls = append(calls, "second")
+		if s != p.Snapshot() {
+			t.Error("a hook ran before its snapshot was published")
+		}
+	})
+	first := pollOnce(t, p)
+	second := pollOnce(t, p)
+	if want := []string{"first", "second", "first", "second"}; strings.Join(calls, " ") != strings.Join(want, " ") {
+		t.Errorf("hooks ran as %v, want %v", calls, want)
+	}
+	if len(seen) != 2 || seen[0] != first || seen[1] != second {
+		t.Errorf("the first hook saw %d snapshots, want the two polls' own", len(seen))
+	}
+}
+
 func TestMemoryFallsBackToV1WithoutCountingTheReservationTwice(t *testing.T) {
 	s := newMockNode()
 	mockDevice(s, 0).GetMemoryInfo_v2Func = func() (nvml.Memory_v2, nvml.Return) {
