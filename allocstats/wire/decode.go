@@ -67,9 +67,11 @@ type DeviceReport struct {
 	Limit         Optional
 	AllocRetries  Optional // raw client counter, may reset
 	OOMs          Optional // raw client counter, may reset
-	// At is when the client sampled this state, for the floor of active
-	// memory. The wire protocol carries no time: zero, the time the
-	// message arrived. The simulated node sets its own clock.
+	// At is when this state was sampled: it places the sample in the
+	// window of the floor of active memory. Zero means when the report
+	// was received. The wire protocol carries no time, so DecodeLine
+	// leaves it zero; a producer that hands reports to the store directly
+	// and samples on a clock of its own sets it.
 	At time.Time
 }
 
