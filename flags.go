@@ -31,7 +31,7 @@ type options struct {
 	gomaxprocs             int
 	releaseStartupPages    bool
 	logLevel, logFormat    string
-	backend                string
+	nvmlBackend            string
 	pollInterval           time.Duration
 	processRefresh         time.Duration
 	simScenario            string
@@ -79,7 +79,7 @@ func parseFlags(app *kingpin.Application, args []string) (*options, error) {
 	app.Flag("runtime.release-startup-pages", "After the first poll, give back the memory only start-up used: the pages of the binary and of NVML's libraries that no longer run (read back from disk one page at a time if ever needed) and the free heap (docs/benchmarks.md says how much). --no-runtime.release-startup-pages keeps them.").Default("true").BoolVar(&o.releaseStartupPages)
 	app.Flag("log.level", "Only log messages with the given severity or above: debug, info, warn, error.").Default("info").EnumVar(&o.logLevel, "debug", "info", "warn", "error")
 	app.Flag("log.format", "Output format of log messages: logfmt, json.").Default("logfmt").EnumVar(&o.logFormat, "logfmt", "json")
-	app.Flag("nvml.backend", "Where GPU data comes from: nvml (the real library) or simulated (a scripted 8-GPU H200 node).").Default("nvml").EnumVar(&o.backend, "nvml", "simulated")
+	app.Flag("nvml.backend", "Where GPU data comes from: nvml (the real library) or simulated (a scripted 8-GPU H200 node).").Default("nvml").EnumVar(&o.nvmlBackend, "nvml", "simulated")
 	app.Flag("nvml.poll-interval", "How often NVML is polled, at whole multiples of this interval (clock time); scrapes read the latest poll.").Default("1s").SetValue(&durationFlag{"nvml.poll-interval", &o.pollInterval})
 	app.Flag("nvml.process-refresh", "Longest a GPU's process lists are reused: a poll reads a GPU's memory figures and reads its process lists only when those changed since the lists were read (a process started, exited, allocated or freed), or when the lists are this old. 0: read them at every poll.").Default("60s").SetValue(&durationFlag{"nvml.process-refresh", &o.processRefresh})
 	app.Flag("nvml.simulated.scenario", "What the simulated node runs: "+strings.Join(simulate.Scenarios(), ", ")+". mix runs one of each workload; load runs --nvml.simulated.processes-per-gpu simple processes per GPU.").Default(scenario.Mix).EnumVar(&o.simScenario, simulate.Scenarios()...)

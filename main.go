@@ -63,13 +63,14 @@ func main() {
 		os.Exit(2)
 	}
 	logger, bare := logging.New(o.logLevel, o.logFormat)
-	if err := run(o, logger, bare); err != nil {
+	if err := runExporter(o, logger, bare); err != nil {
 		level.Error(logger).Log("msg", "exiting", "err", err)
 		os.Exit(1)
 	}
 }
 
-func run(o *options, logger, bare log.Logger) error {
+// runExporter serves until SIGINT or SIGTERM, or until serving fails.
+func runExporter(o *options, logger, bare log.Logger) error {
 	level.Info(logger).Log("msg", "starting "+exporterName, "version", version.Version, "revision", version.Revision, "build_context", version.BuildContext())
 	if o.gomaxprocs > 0 {
 		runtime.GOMAXPROCS(o.gomaxprocs)
@@ -79,7 +80,7 @@ func run(o *options, logger, bare log.Logger) error {
 
 	// The listen addresses first: a port in use must fail before the
 	// socket or NVML is touched.
-	listeners, err := listen(o)
+	listeners, err := listenWeb(o)
 	if err != nil {
 		return err
 	}
@@ -144,9 +145,9 @@ func run(o *options, logger, bare log.Logger) error {
 	return runErr
 }
 
-// releaseStartupPages gives back the memory only start-up used
+// giveBackStartupMemory gives back the memory only start-up used
 // (--runtime.release-startup-pages; internal/memtrim says how).
-func releaseStartupPages(logger log.Logger) {
+func giveBackStartupMemory(logger log.Logger) {
 	res, err := memtrim.Release()
 	if err != nil {
 		level.Warn(logger).Log("msg", "could not give back all the memory start-up used", "err", err, "rss_before_mib", mib(res.Before), "rss_after_mib", mib(res.After))
@@ -161,10 +162,10 @@ func releaseStartupPages(logger log.Logger) {
 
 func mib(b uint64) string { return strconv.FormatFloat(float64(b)/(1<<20), 'f', 1, 64) }
 
-// listen opens every --web.listen-address (capped at --web.max-connections
+// listenWeb opens every --web.listen-address (capped at --web.max-connections
 // each, see internal/connshed), or returns nil listeners under systemd
 // socket activation.
-func listen(o *options) ([]net.Listener, error) {
+func listenWeb(o *options) ([]net.Listener, error) {
 	if o.webConfig.WebSystemdSocket != nil && *o.webConfig.WebSystemdSocket {
 		return nil, nil
 	}
@@ -253,7 +254,7 @@ func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, er
 		// source has started; what start-up alone touched can go.
 		var once sync.Once
 		poller.OnPoll(func(*nvmlpoll.Snapshot) {
-			once.Do(func() { go releaseStartupPages(logger) })
+			once.Do(func() { go giveBackStartupMemory(logger) })
 		})
 	}
 
@@ -324,7 +325,7 @@ func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, er
 		Version:     version.Version,
 		Revision:    version.Revision,
 		MetricsPath: o.metricsPath,
-		Backend:     o.backend,
+		Backend:     o.nvmlBackend,
 		Socket:      srv.SocketPath(),
 		Sources:     join,
 		NVMLUp:      poller.Up,
@@ -380,7 +381,7 @@ func healthHandler(p *nvmlpoll.Poller, srv *allocstats.Server) *http.ServeMux {
 		fmt.Fprintln(w, "Healthy.")
 	})
 	mux.HandleFunc("/-/ready", func(w http.ResponseWriter, _ *http.Request) {
-		if ok, why := ready(p, srv); !ok {
+		if ok, why := readiness(p, srv); !ok {
 			http.Error(w, "Not ready: "+why, http.StatusServiceUnavailable)
 			return
 		}
@@ -389,9 +390,9 @@ func healthHandler(p *nvmlpoll.Poller, srv *allocstats.Server) *http.ServeMux {
 	return mux
 }
 
-// ready says whether /-/ready is green: the socket is in place and NVML
+// readiness says whether /-/ready is green: the socket is in place and NVML
 // has been polled successfully.
-func ready(p *nvmlpoll.Poller, srv *allocstats.Server) (bool, string) {
+func readiness(p *nvmlpoll.Poller, srv *allocstats.Server) (bool, string) {
 	if !srv.SocketReady() {
 		return false, "The allocator stats socket file vanished and cannot be recreated (see the log)."
 	}
@@ -419,7 +420,7 @@ type backend struct {
 // and tracks its own processes before the resolver, and its NVML lists
 // only them.
 func newBackend(o *options, store *allocstats.Store, resolver *workload.ProcResolver, logger log.Logger) (backend, error) {
-	if o.backend != "simulated" {
+	if o.nvmlBackend != "simulated" {
 		return backend{lib: nvml.New(), processes: resolver}, nil
 	}
 	sim, err := simulate.New(simulate.Config{Scenario: o.simScenario, ProcessesPerGPU: o.simProcesses, Seed: o.simSeed, Speed: o.simSpeed, Sink: store})
