@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/crypto/bcrypt"
+
+	"github.com/gpumem/gpumem_exporter/internal/exportertest"
 )
 
 // HTTP starvation: one client on loopback, with no credentials, tries to
@@ -75,7 +77,10 @@ func TestSecurityHTTPStarvation(t *testing.T) {
 			user, pass = "prometheus", "scrape-secret"
 			args = append(args, "--web.config.file="+basicAuthConfig(t, user, pass))
 		}
-		health := freePort(t)
+		health, err := exportertest.FreeAddr()
+		if err != nil {
+			t.Fatal(err)
+		}
 		e := startExporter(t, append(args, "--web.max-connections=64", "--web.health-address="+health)...)
 		e.User, e.Pass = user, pass
 		e.WaitReady(t)
@@ -260,18 +265,6 @@ func basicAuthConfig(t *testing.T, user, pass string) string {
 		t.Fatal(err)
 	}
 	return path
-}
-
-// freePort is a loopback address no one listens on (the kernel's pick,
-// given back at once).
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 func envDuration(t *testing.T, name string, def time.Duration) time.Duration {

@@ -147,8 +147,7 @@ func sharedTestBinary(t *testing.T) string {
 
 // roleCommand runs bin as role under uid.
 func roleCommand(bin, role string, uid int, env ...string) *exec.Cmd {
-	cmd := asUser(exec.Command(bin), uid)
-	cmd.Env = exportertest.ChildEnv(append([]string{roleEnv + "=" + role}, env...)...)
+	cmd := asUser(exportertest.RoleCommand(bin, role, env...), uid)
 	cmd.Stderr = os.Stderr
 	return cmd
 }

@@ -22,7 +22,6 @@ import (
 	"regexp"
 	"sort"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -41,14 +40,11 @@ import (
 // descriptors. The attacks of docs/security.md run against the same binary
 // in attack/.
 
-// roleEnv tells a re-executed test binary what to be: "client" (an
-// instrumented process, kubernetes_test.go) instead of running the tests.
-const roleEnv = "GPUMEM_TEST_ROLE"
-
-// The client role runs before TestMain: a re-executed test binary is the
-// client and nothing else.
+// The client role (exportertest.RoleEnv=client: an instrumented process,
+// kubernetes_test.go) runs before TestMain: a re-executed test binary is
+// the client and nothing else.
 func init() {
-	if os.Getenv(roleEnv) != "client" {
+	if os.Getenv(exportertest.RoleEnv) != "client" {
 		return
 	}
 	if err := attrRunClient(os.Stdin, os.Stdout); err != nil {
@@ -58,37 +54,16 @@ func init() {
 	os.Exit(0)
 }
 
-// roleCommand is this test binary re-executed as role, with args.
-func roleCommand(role string, args []string, env ...string) *exec.Cmd {
-	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = exportertest.ChildEnv(append([]string{roleEnv + "=" + role}, env...)...)
-	return cmd
-}
-
-var exporterBin struct {
-	once sync.Once
-	path string
-	err  error
-}
-
 // exporterCommand gives the exporter run with args: GPUMEM_E2E_EXPORTER,
 // or the module's main package built (once, cached) with -race when this
 // test binary has it.
 func exporterCommand(t testing.TB) exportertest.Command {
 	t.Helper()
-	exporterBin.once.Do(func() {
-		if exporterBin.path = os.Getenv("GPUMEM_E2E_EXPORTER"); exporterBin.path == "" {
-			exporterBin.path, exporterBin.err = exportertest.Binary(repoRoot, raceEnabled)
-		}
-	})
-	if exporterBin.err != nil {
-		t.Fatalf("building the exporter: %v", exporterBin.err)
+	bin, err := exportertest.ExporterBinary("GPUMEM_E2E_EXPORTER", repoRoot, exportertest.RaceEnabled)
+	if err != nil {
+		t.Fatalf("building the exporter: %v", err)
 	}
-	return func(args ...string) *exec.Cmd {
-		cmd := exec.Command(exporterBin.path, args...)
-		cmd.Env = exportertest.ChildEnv()
-		return cmd
-	}
+	return exportertest.BinaryCommand(bin)
 }
 
 // startExporter runs the exporter (exportertest.Start) until the test ends.

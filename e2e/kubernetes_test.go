@@ -48,10 +48,11 @@ const (
 )
 
 // attrRunClient is one instrumented process: the test binary re-executed
-// with roleEnv=client (init in exporter_test.go) runs it. It waits for "go" on stdin (so
-// that the parent can write its procfs fixture first: the daemon reads the
-// start time when the connection opens), connects, sends hello and one
-// stats message, prints "ready", and stays connected until stdin closes.
+// in the client role (init in exporter_test.go) runs it. It waits for "go"
+// on stdin (so that the parent can write its procfs fixture first: the
+// daemon reads the start time when the connection opens), connects, sends
+// hello and one stats message, prints "ready", and stays connected until
+// stdin closes.
 func attrRunClient(stdin io.Reader, stdout io.Writer) error {
 	in := bufio.NewReader(stdin)
 	if line, err := in.ReadString('\n'); err != nil || line != "go\n" {
@@ -94,7 +95,8 @@ func attrRunClient(stdin io.Reader, stdout io.Writer) error {
 	return nil
 }
 
-// attrChild is one running client process (the test binary as roleEnv=client).
+// attrChild is one running client process (the test binary in the client
+// role).
 type attrChild struct {
 	name     string
 	cmd      *exec.Cmd
@@ -107,7 +109,7 @@ type attrChild struct {
 // startAttrChild starts a client that waits for "go" before connecting.
 func startAttrChild(t *testing.T, name, socket string, reserved, active uint64) *attrChild {
 	t.Helper()
-	cmd := roleCommand("client", nil,
+	cmd := exportertest.RoleCommand(os.Args[0], "client",
 		"GPUMEM_SOCKET="+socket,
 		"GPUMEM_TEST_RESERVED="+strconv.FormatUint(reserved, 10),
 		"GPUMEM_TEST_ACTIVE="+strconv.FormatUint(active, 10),

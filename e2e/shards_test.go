@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpumem/gpumem_exporter/internal/exportertest"
 )
 
 // The sharded setup of docs/scaling.md, with the real binaries: one
@@ -67,15 +69,15 @@ func (s *stack) startPrometheus(name, config string) (string, error) {
 	if err := os.WriteFile(file, []byte(config), 0o644); err != nil {
 		return "", err
 	}
-	port, err := freePort()
+	addr, err := exportertest.FreeAddr()
 	if err != nil {
 		return "", err
 	}
-	p, err := s.start(name, "prometheus", "--config.file="+file, "--storage.tsdb.path="+filepath.Join(dir, "tsdb"), "--web.listen-address=127.0.0.1:"+port)
+	p, err := s.start(name, "prometheus", "--config.file="+file, "--storage.tsdb.path="+filepath.Join(dir, "tsdb"), "--web.listen-address="+addr)
 	if err != nil {
 		return "", err
 	}
-	url := "http://127.0.0.1:" + port
+	url := "http://" + addr
 	return url, waitReady(p, url+"/-/ready")
 }
 

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -106,16 +105,13 @@ func startStack() (*stack, error) {
 		return nil, err
 	}
 	tmpDir = dir
-	bin := os.Getenv("GPUMEM_E2E_EXPORTER")
-	if bin == "" {
-		// -race, as `make test` runs `go test -race ./...`: the packages are
-		// already compiled for the race detector, so only the link is new,
-		// and the binary is kept (as the attack tests' is) until the
-		// sources change.
-		var err error
-		if bin, err = exportertest.Binary(repoRoot, true); err != nil {
-			return nil, fmt.Errorf("building the exporter: %w", err)
-		}
+	// -race, as `make test` runs `go test -race ./...`: the packages are
+	// already compiled for the race detector, so only the link is new, and
+	// the binary is kept (as the attack tests' is) until the sources
+	// change.
+	bin, err := exportertest.ExporterBinary("GPUMEM_E2E_EXPORTER", repoRoot, true)
+	if err != nil {
+		return nil, fmt.Errorf("building the exporter: %w", err)
 	}
 	s := &stack{dir: dir}
 	started := false
@@ -124,11 +120,9 @@ func startStack() (*stack, error) {
 			s.stop()
 		}
 	}()
-	exporterPort, err := freePort()
-	if err != nil {
+	if s.exporterAddr, err = exportertest.FreeAddr(); err != nil {
 		return nil, err
 	}
-	s.exporterAddr = "127.0.0.1:" + exporterPort
 	exp, err := s.start("exporter", bin,
 		"--nvml.backend=simulated",
 		"--nvml.simulated.speed="+simSpeed,
@@ -166,15 +160,15 @@ scrape_configs:
 	if err := os.WriteFile(configFile, []byte(config), 0o644); err != nil {
 		return nil, err
 	}
-	promPort, err := freePort()
+	promAddr, err := exportertest.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
-	s.promURL = "http://127.0.0.1:" + promPort
+	s.promURL = "http://" + promAddr
 	prom, err := s.start("prometheus", "prometheus",
 		"--config.file="+configFile,
 		"--storage.tsdb.path="+filepath.Join(dir, "tsdb"),
-		"--web.listen-address=127.0.0.1:"+promPort,
+		"--web.listen-address="+promAddr,
 	)
 	if err != nil {
 		return nil, err
@@ -200,15 +194,6 @@ func fleetRulesEvery(dir string, every time.Duration) (string, error) {
 	}
 	path := filepath.Join(dir, "fleet-rules.yml")
 	return path, os.WriteFile(path, []byte(text), 0o644)
-}
-
-func freePort() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("finding a free port: %w", err)
-	}
-	defer l.Close()
-	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port), nil
 }
 
 func (s *stack) start(name, bin string, args ...string) (*proc, error) {

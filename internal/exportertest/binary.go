@@ -3,6 +3,7 @@ package exportertest
 import (
 	"bytes"
 	"crypto/sha256"
+	"debug/buildinfo"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -97,6 +98,58 @@ func Binary(moduleDir string, race bool) (string, error) {
 		prune(root, key)
 	}
 	return bin, nil
+}
+
+// ExporterBinary is the exporter a package's end-to-end tests run: the
+// file that the environment variable env names, or else the module at
+// moduleDir built by Binary, with -race when race is set. The first
+// answer, an error included, is kept: later calls in the process with the
+// same arguments return it at once.
+func ExporterBinary(env, moduleDir string, race bool) (string, error) {
+	q := exporterQuery{env, moduleDir, race}
+	exporterMu.Lock()
+	defer exporterMu.Unlock()
+	if a, ok := exporterAnswers[q]; ok {
+		return a.path, a.err
+	}
+	path := os.Getenv(env)
+	var err error
+	if path == "" {
+		path, err = Binary(moduleDir, race)
+	}
+	exporterAnswers[q] = exporterAnswer{path, err}
+	return path, err
+}
+
+// exporterAnswers are ExporterBinary's answers in this process.
+var (
+	exporterMu      sync.Mutex
+	exporterAnswers = map[exporterQuery]exporterAnswer{}
+)
+
+type exporterQuery struct {
+	env, moduleDir string
+	race           bool
+}
+
+type exporterAnswer struct {
+	path string
+	err  error
+}
+
+// BuiltWithRace says whether the Go program at path was built with the
+// race detector (-race), as its build information records.
+func BuiltWithRace(path string) (bool, error) {
+	info, err := buildinfo.ReadFile(path)
+	if err != nil {
+		return false, fmt.Errorf("reading the build info of %s: %w", path, err)
+	}
+	for _, s := range info.Settings {
+		if s.Key == "-race" && s.Value == "true" {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // build builds bin under the exclusive lock of dir's "build" file, unless

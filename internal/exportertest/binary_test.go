@@ -69,3 +69,32 @@ func TestPruneSparesWhatIsInUse(t *testing.T) {
 		t.Errorf("entries left %v, want %s", left, want)
 	}
 }
+
+// The variable's binary is used without a build, and the first answer
+// stays for the process although the variable changes.
+func TestExporterBinaryTakesTheVariableAndKeepsItsAnswer(t *testing.T) {
+	const env = "GPUMEM_EXPORTERTEST_BINARY"
+	t.Setenv(env, "/opt/gpumem_exporter")
+	got, err := ExporterBinary(env, "/nonexistent", false)
+	if err != nil || got != "/opt/gpumem_exporter" {
+		t.Fatalf("ExporterBinary = %q, %v; want the variable's path and no build", got, err)
+	}
+	t.Setenv(env, "/elsewhere")
+	if again, _ := ExporterBinary(env, "/nonexistent", false); again != got {
+		t.Errorf("a second call = %q, want the first answer %q", again, got)
+	}
+}
+
+func TestBuiltWithRaceReadsTheBuildInfo(t *testing.T) {
+	t.Parallel()
+	race, err := BuiltWithRace(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if race != RaceEnabled {
+		t.Errorf("BuiltWithRace(this test binary) = %v, want %v", race, RaceEnabled)
+	}
+	if _, err := BuiltWithRace(filepath.Join(t.TempDir(), "missing")); err == nil {
+		t.Error("BuiltWithRace of a missing file gave no error")
+	}
+}

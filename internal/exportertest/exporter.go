@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -47,6 +48,16 @@ func RaceReported(err error) bool {
 // with a nil Env runs with ChildEnv(); one that sets Env should build it
 // with ChildEnv too.
 type Command func(args ...string) *exec.Cmd
+
+// BinaryCommand is the Command of the exporter binary at path, run with
+// ChildEnv().
+func BinaryCommand(path string) Command {
+	return func(args ...string) *exec.Cmd {
+		cmd := exec.Command(path, args...)
+		cmd.Env = ChildEnv()
+		return cmd
+	}
+}
 
 // Exporter is a running exporter, stopped (SIGINT) when the test ends.
 type Exporter struct {
@@ -219,6 +230,17 @@ func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// FreeAddr is a loopback address, host:port, on which no one listens: the
+// kernel's pick, given back at once.
+func FreeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("finding a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
 }
 
 // ShortTempDir is a fresh directory under the system's temporary directory,

@@ -2,6 +2,7 @@ package exportertest
 
 import (
 	"fmt"
+	"net"
 	"os/exec"
 	"strings"
 	"testing"
@@ -81,5 +82,33 @@ func TestChildEnvKeepsGORACEOptionsAndStopsTheExitSleep(t *testing.T) {
 	}
 	if len(gorace) != 1 || gorace[0] != "GORACE=halt_on_error=1 atexit_sleep_ms=0" {
 		t.Errorf("GORACE entries %q, want one with both options", gorace)
+	}
+}
+
+func TestRoleCommandReexecutesTheBinaryInItsRole(t *testing.T) {
+	cmd := RoleCommand("/bin/test-binary", "client", "GPUMEM_SOCKET=/s")
+	if cmd.Path != "/bin/test-binary" || len(cmd.Args) != 1 {
+		t.Errorf("command %s %q, want the binary without arguments", cmd.Path, cmd.Args)
+	}
+	env := strings.Join(cmd.Env, "\n")
+	for _, want := range []string{RoleEnv + "=client", "GPUMEM_SOCKET=/s", "atexit_sleep_ms=0"} {
+		if !strings.Contains(env, want) {
+			t.Errorf("environment lacks %q", want)
+		}
+	}
+}
+
+func TestFreeAddrIsALoopbackPortNoOneListensOn(t *testing.T) {
+	addr, err := FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("listening on %s: %v", addr, err)
+	}
+	l.Close()
+	if !strings.HasPrefix(addr, "127.0.0.1:") {
+		t.Errorf("address %s, want one on 127.0.0.1", addr)
 	}
 }
