@@ -261,7 +261,8 @@ func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, er
 	// The one join, and what reads it.
 	// Memory labels the processes that exited, which the store keeps for
 	// --allocstats.oom-linger, as they were labelled while they ran.
-	join := attribution.Sources{NVML: poller, Allocator: store, Workload: b.processes, SettleLabels: true, Memory: attribution.NewMemory()}
+	join := attribution.Sources{NVML: poller, Allocator: store, Workload: b.processes, SettleLabels: true, Memory: attribution.NewMemory(),
+		Node: workload.NodeName(o.nodeName)}
 	reports := oom.New(oom.Config{Capacity: o.oomReports, Sources: join, Fresh: poller.Fresh, Logger: log.With(logger, "component", "oom"),
 		OnReport: func(rep oom.Report) {
 			oomEvents.OOM(podevents.PodRef{Namespace: rep.Namespace, Name: rep.Pod, UID: rep.PodUID}, rep.Sentence())
@@ -416,14 +417,21 @@ type backend struct {
 
 // newBackend is the one place that chooses between a real GPU and the
 // simulated node. The simulated node is an NVML library whose polls
-// advance it and feed its processes' allocator state to store; it names
-// and tracks its own processes before the resolver, and its NVML lists
-// only them.
+// advance it; its processes report their allocator state to store as
+// instrumented processes do, each through a session of its own that stays
+// open while it runs, so that the TTL, the linger (once Prune, asking the
+// node, finds a process gone) and the unlisted grace apply to them as to
+// any client. Each reports under a uid of its own (the load scenario's,
+// under its slot's), so that the process caps of the flags, unchanged,
+// hold the node beside real clients (128 processes at 16 per GPU, twice
+// the per-uid default); the node's processes count against
+// --allocstats.max-processes. The node names and tracks its own processes
+// before the resolver, and its NVML lists only them.
 func newBackend(o *options, store *allocstats.Store, resolver *workload.ProcResolver, logger log.Logger) (backend, error) {
 	if o.nvmlBackend != "simulated" {
 		return backend{lib: nvml.New(), processes: resolver}, nil
 	}
-	sim, err := simulate.New(simulate.Config{Scenario: o.simScenario, ProcessesPerGPU: o.simProcesses, Seed: o.simSeed, Speed: o.simSpeed, Sink: store})
+	sim, err := simulate.New(simulate.Config{Scenario: o.simScenario, ProcessesPerGPU: o.simProcesses, Seed: o.simSeed, Speed: o.simSpeed, Open: simulate.Sessions(store)})
 	if err != nil {
 		return backend{}, err
 	}

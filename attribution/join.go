@@ -9,6 +9,7 @@ import (
 	"path"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/gpumem/gpumem_exporter/allocstats"
@@ -45,6 +46,46 @@ func (r *Row) Context() (uint64, bool) {
 		return 0, false
 	}
 	return r.NVML.UsedBytes - r.Alloc.Reserved, true
+}
+
+// Workload names what the process belongs to, as the workload label says
+// it: its pod ("namespace/pod"), else its Slurm job ("slurm job 4242"),
+// else the process itself on node ("node-a pid 1234"; "pid 1234" where
+// node is empty). Alerts and dashboards group by it, so that the ranks of
+// one job raise one alert.
+func (r *Row) Workload(node string) string {
+	switch {
+	case r.Info.Pod != "":
+		return r.Info.Namespace + "/" + r.Info.Pod
+	case r.Info.SlurmJobID != "":
+		return "slurm job " + r.Info.SlurmJobID
+	}
+	pid := "pid " + strconv.FormatUint(uint64(r.PID), 10)
+	if node == "" {
+		return pid
+	}
+	return node + " " + pid
+}
+
+// Capacity is what the process's allocator can reserve at most: what it
+// reserves plus free (the device's free memory), or its limit where that is
+// smaller. Known for a running process that reports its reserved memory,
+// and where free is known or a limit set.
+func (r *Row) Capacity(free uint64, freeKnown bool) (uint64, bool) {
+	if r.Alloc == nil || r.Exited {
+		return 0, false
+	}
+	limit := r.Alloc.Limit
+	hasLimit := limit.OK && limit.V > 0
+	switch {
+	case freeKnown && hasLimit:
+		return min(limit.V, r.Alloc.Reserved+free), true
+	case freeKnown:
+		return r.Alloc.Reserved + free, true
+	case hasLimit:
+		return limit.V, true
+	}
+	return 0, false
 }
 
 // Lookup gives what the workload cache knows about a pid; workload.Resolver
@@ -252,6 +293,9 @@ type Sources struct {
 	// Memory, if set, gives the rows of exited processes the labels they
 	// had while they ran, and drops those it never saw run.
 	Memory *Memory
+	// Node is this node's name, in the workload of a process outside pods
+	// and Slurm jobs (Row.Workload).
+	Node string
 }
 
 // View is one consistent reading of the sources: a snapshot and the rows

@@ -14,7 +14,7 @@ func init() {
 
 type allocatorCollector struct {
 	reserved, active, inactive, allocated, split     *family
-	peakReserved, peakActive, limit, floor           *family
+	peakReserved, peakActive, limit, floor, capacity *family
 	retries, ooms, lastOOMRequest, lastOOMTime, last *family
 }
 
@@ -37,6 +37,7 @@ func newAllocatorCollector(src Sources, _ log.Logger) (Collector, error) {
 		peakReserved:   d("peak_reserved_bytes", "The framework's peak of reserved memory."),
 		peakActive:     d("peak_active_bytes", "The framework's peak of active memory."),
 		limit:          d("limit_bytes", "The process's memory limit, where one is set."),
+		capacity:       d("capacity_bytes", "What the allocator can reserve at most: what it reserves plus the GPU's free memory, or its limit where that is smaller."),
 		floor:          d("active_floor_bytes", "The least active memory the process reported over the last 2 minutes: the floor of its training steps."),
 		retries:        counter("alloc_retries_total", "Times the allocator flushed its cache and retried cudaMalloc."),
 		ooms:           counter("ooms_total", "Out-of-memory errors the allocator raised."),
@@ -64,6 +65,12 @@ func (c *allocatorCollector) rows(sc *Scrape) (*rowSet, error) {
 		}
 	}
 	row := func(i int) *attribution.Row { return &all[rows[i]] }
+	free := make(map[string]uint64, len(v.Snapshot.Devices)) // by uuid, where known
+	for _, d := range v.Snapshot.Devices {
+		if d.ExportsMemory() && d.HasMemory {
+			free[d.UUID] = d.Memory.Free
+		}
+	}
 	value := func(f func(a *allocstats.DeviceStats) (float64, bool)) func(i int) (float64, bool) {
 		return func(i int) (float64, bool) { return f(row(i).Alloc) }
 	}
@@ -75,7 +82,7 @@ func (c *allocatorCollector) rows(sc *Scrape) (*rowSet, error) {
 	}
 	return &rowSet{
 		n:      len(rows),
-		labels: processLabels(row),
+		labels: processLabels(row, sc.src.Node),
 		columns: []column{
 			// An exited process (kept for the OOM linger) holds no memory:
 			// only its counters and last OOM are exported.
@@ -87,6 +94,11 @@ func (c *allocatorCollector) rows(sc *Scrape) (*rowSet, error) {
 			{c.peakReserved, optional(func(a *allocstats.DeviceStats) allocstats.Optional { return a.PeakReserved })},
 			{c.peakActive, optional(func(a *allocstats.DeviceStats) allocstats.Optional { return a.PeakActive })},
 			{c.limit, optional(func(a *allocstats.DeviceStats) allocstats.Optional { return a.Limit })},
+			{c.capacity, func(i int) (float64, bool) {
+				f, ok := free[row(i).UUID]
+				v, known := row(i).Capacity(f, ok)
+				return float64(v), known
+			}},
 			{c.floor, optional(func(a *allocstats.DeviceStats) allocstats.Optional { return a.ActiveFloor })},
 			{c.lastOOMRequest, optional(func(a *allocstats.DeviceStats) allocstats.Optional { return a.LastOOMRequest })},
 			{c.retries, optional(func(a *allocstats.DeviceStats) allocstats.Optional { return a.AllocRetries })},

@@ -9,26 +9,28 @@ import (
 	"github.com/gpumem/gpumem_exporter/attribution"
 )
 
-// The per-process labels fixed by the spec, and those of process_info.
+// The per-process labels fixed by the spec and the workload the process
+// belongs to (attribution.Row.Workload), and those of process_info.
 var (
-	processSchema     = newSchema("gpu", "uuid", "pid", "comm", "namespace", "pod", "container")
+	processSchema     = newSchema("gpu", "uuid", "pid", "comm", "namespace", "pod", "container", "workload")
 	processInfoSchema = newSchema(append(append([]string{}, processSchema.names...), "container_id", "pod_uid", "slurm_job_id", "uid", "framework")...)
 )
 
 // processLabels returns the labels of row(i) in processSchema or
-// processInfoSchema. An aggregated row (no pid) has empty pid and comm.
-func processLabels(row func(i int) *attribution.Row) func(i int, s *schema) []string {
+// processInfoSchema; node names the workload of a process outside pods
+// and Slurm jobs. An aggregated row (no pid) has empty pid and comm.
+func processLabels(row func(i int) *attribution.Row, node string) func(i int, s *schema) []string {
 	return func(i int, s *schema) []string {
 		r := row(i)
 		pid := ""
 		if r.PID != 0 {
 			pid = strconv.FormatUint(uint64(r.PID), 10)
 		}
-		if s == processSchema {
-			return []string{r.GPU, r.UUID, pid, r.Comm, r.Info.Namespace, r.Info.Pod, r.Info.Container}
-		}
 		in := r.Info
-		return []string{r.GPU, r.UUID, pid, r.Comm, in.Namespace, in.Pod, in.Container, in.ContainerID, in.PodUID, in.SlurmJobID, in.UID, r.Framework}
+		if s == processSchema {
+			return []string{r.GPU, r.UUID, pid, r.Comm, in.Namespace, in.Pod, in.Container, r.Workload(node)}
+		}
+		return []string{r.GPU, r.UUID, pid, r.Comm, in.Namespace, in.Pod, in.Container, r.Workload(node), in.ContainerID, in.PodUID, in.SlurmJobID, in.UID, r.Framework}
 	}
 }
 
@@ -74,7 +76,7 @@ func (c *processCollector) rows(sc *Scrape) (*rowSet, error) {
 	}
 	return &rowSet{
 		n:      len(rows),
-		labels: processLabels(func(i int) *attribution.Row { return &rows[i] }),
+		labels: processLabels(func(i int) *attribution.Row { return &rows[i] }, sc.src.Node),
 		columns: []column{
 			{c.used, nvml(func(r *attribution.Row) (uint64, bool) { return r.NVML.UsedBytes, true })},
 			{c.peak, nvml(func(r *attribution.Row) (uint64, bool) { return r.NVML.PeakBytes, true })},

@@ -32,7 +32,8 @@ var metricInQuery = regexp.MustCompile(`(?:^|[^:\w])(gpumem_\w+)`)
 
 // podModeSeries returns promtool input series for every metric the
 // queries read: per-process families once per container of
-// podModeContainers, the others once for GPU 0. Counters climb by one a
+// podModeContainers, with the workload label the exporter gives them, the
+// others once for GPU 0. Counters climb by one a
 // minute, so that every OOM and retry panel has rows.
 func podModeSeries(exprs []string) string {
 	metrics := map[string]bool{}
@@ -64,7 +65,11 @@ func podModeSeries(exprs []string) string {
 			continue
 		}
 		for _, c := range podModeContainers {
-			add(name, fmt.Sprintf(`%s,pid="",comm="",namespace="ml",pod=%q,container=%q`, gpu, c.pod, c.container))
+			labels := fmt.Sprintf(`%s,pid="",comm="",namespace="ml",pod=%q,container=%q`, gpu, c.pod, c.container)
+			if name != "gpumem_allocator_last_oom_info" {
+				labels += fmt.Sprintf(`,workload="ml/%s"`, c.pod)
+			}
+			add(name, labels)
 		}
 	}
 	return b.String()

@@ -355,22 +355,6 @@ func oomsOf(expr string) string {
 	return rawOOMs
 }
 
-// workloadInfo is the recording rule that names each process's workload.
-const workloadInfo = "process:gpumem_workload:info"
-
-// namedProcesses are the pids the workload rule named up to end.
-func (s *stack) namedProcesses(ctx context.Context, end time.Time) (map[string]bool, error) {
-	res, err := s.query(ctx, fmt.Sprintf("last_over_time(%s[%s])", workloadInfo, promDuration(end.Sub(s.promStart)+time.Minute)), end)
-	if err != nil {
-		return nil, err
-	}
-	named := map[string]bool{}
-	for _, r := range res {
-		named[r.labels["pid"]] = true
-	}
-	return named, nil
-}
-
 // oomTruthOf is oomTruth over the samples of metric.
 func (s *stack) oomTruthOf(ctx context.Context, metric string, end time.Time, window time.Duration) (counts map[processKey]float64, last map[processKey]float64, err error) {
 	// The base is looked up as an offset would: up to 5 minutes back.
@@ -412,13 +396,12 @@ func (s *stack) oomTruthOf(ctx context.Context, metric string, end time.Time, wi
 // has run, and a later query at the same end would then see one more
 // sample: under load the raw samples and the panels disagreed so. Scrapes
 // of one target, and evaluations of one group, run one after the other,
-// so once one stamped after end is in, all those before it are (the
-// capacity rule comes after the recorded OOM counters in their group).
+// so once one stamped after end is in, all those before it are.
 func (s *stack) waitIngestedAfter(t *testing.T, ctx context.Context, end time.Time) {
 	t.Helper()
 	after := float64(end.UnixMilli()) / 1000
 	deadline := time.Now().Add(dataTimeout)
-	for _, q := range []string{"max(timestamp(up))", "max(timestamp(process:gpumem_workload:info))", "max(timestamp(process:gpumem_allocator_capacity_bytes))"} {
+	for _, q := range []string{"max(timestamp(up))", "max(timestamp(" + recordedOOMs + "))"} {
 		for {
 			res, err := s.query(ctx, q, time.Now())
 			if err != nil {
@@ -509,13 +492,13 @@ func TestOOMPanelsCountEachErrorOnce(t *testing.T) {
 		}
 		<-tick.C
 	}
-	// The panels join the errors with process:gpumem_workload:info: wait
-	// until the rules have run after the error was scraped (an error can
-	// come before their first evaluation, the exporter keeping the
-	// counters of processes that exited).
+	// The fleet panels read the recorded counters: wait until the rules
+	// have run after the error was scraped (an error can come before their
+	// first evaluation, the exporter keeping the counters of processes
+	// that exited).
 	seen := time.Now()
 	for {
-		res, err := s.query(ctx, "max(timestamp(process:gpumem_workload:info))", time.Now())
+		res, err := s.query(ctx, "max(timestamp("+recordedOOMs+"))", time.Now())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -531,15 +514,15 @@ func TestOOMPanelsCountEachErrorOnce(t *testing.T) {
 	end := time.Now().Truncate(time.Millisecond)
 	s.waitIngestedAfter(t, ctx, end)
 	// Count up to the moment of an evaluation of the workload rules: the
-	// panels that join the counters to process:gpumem_workload:info see a
-	// process scraped after the last evaluation before their query time
-	// only at the next, and the rules' group can take seconds to evaluate.
-	res, err := s.query(ctx, "max(timestamp(process:gpumem_workload:info))", time.Now())
+	// panels that read the recorded counters see a process scraped after
+	// the last evaluation before their query time only at the next, and
+	// the rules' group can take seconds to evaluate.
+	res, err := s.query(ctx, "max(timestamp("+recordedOOMs+"))", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(res) == 0 || len(res[0].samples) == 0 {
-		t.Fatal("no process:gpumem_workload:info")
+		t.Fatal("no " + recordedOOMs)
 	}
 	end = time.UnixMilli(int64(math.Round(res[0].samples[0].v * 1000)))
 	full := end.Sub(s.promStart).Truncate(time.Second) + time.Second
@@ -626,23 +609,6 @@ func TestOOMPanelsCountEachErrorOnce(t *testing.T) {
 		truth, _, err := s.oomTruthOf(ctx, oomsOf(c.expr), last, last.Sub(first)+graphStep)
 		if err != nil {
 			t.Fatal(err)
-		}
-		if strings.Contains(c.expr, workloadInfo) {
-			// A panel that selects by workload counts the processes the
-			// workload rule named; one that exited before the exporter
-			// labelled it (gpumem_process_info is held back until its
-			// labels settle, and the simulated node at speed runs
-			// processes that fail at once) is in the node's and the
-			// fleet's counts, not in a workload's.
-			named, err := s.namedProcesses(ctx, last)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for k := range truth {
-				if !named[k.pid] {
-					delete(truth, k)
-				}
-			}
 		}
 		expr, err := s.substitute(c.expr, full, nil)
 		if err != nil {

@@ -179,7 +179,7 @@ def time_panels(name, path, workload=None):
     return rows[0][0] if rows else 0.0
 
 slowest_fleet = time_panels("fleet.json (every variable All, 10 minutes)", fleet)
-wl = api("/api/v1/query", query="topk(1, count by (workload) (process:gpumem_workload:info))", time=now)["result"]
+wl = api("/api/v1/query", query="topk(1, count by (workload) (gpumem_process_info{pod!=\"\"}))", time=now)["result"]
 if wl:
     w = wl[0]["metric"]["workload"]
     time_panels(f"workload.json ($instance All, workload {w})", workload, w)

@@ -3,6 +3,8 @@
 // poller sees a pid that is new or reused, and serves lookups from a cache.
 package workload
 
+import "os"
+
 // Info is what is known about one process. Empty strings mean unknown.
 type Info struct {
 	PID uint32
@@ -38,4 +40,16 @@ type PodLookup interface {
 	// Container returns the name of the container with this runtime ID
 	// (the hex ID, without a "containerd://" scheme).
 	Container(containerID string) (name string, ok bool)
+}
+
+// NodeName is the name of this node in workload names: name (the
+// --kubernetes.node-name flag) where set, else the host name.
+func NodeName(name string) string {
+	if name != "" {
+		return name
+	}
+	if h, err := os.Hostname(); err == nil && h != "" {
+		return h
+	}
+	return "localhost"
 }

@@ -33,8 +33,12 @@ const (
 // gpuUUID is the UUID of a simulated GPU.
 func gpuUUID(gpu int) string { return fmt.Sprintf("GPU-5f0e3c1a-7b2d-4e89-a1c3-%012d", gpu) }
 
-// workloadOf is the workload label the rules give a process: its pod, else
-// its Slurm job, else the process itself.
+// node is the simulated node's name, as the exporter names it in the
+// workload of a process outside pods and Slurm jobs.
+const node = "node-a"
+
+// workloadOf is the workload label the exporter gives a process: its pod,
+// else its Slurm job, else the process itself on its node.
 func workloadOf(id scenario.Identity, pid int) string {
 	switch {
 	case id.Pod != "":
@@ -42,7 +46,7 @@ func workloadOf(id scenario.Identity, pid int) string {
 	case id.SlurmJobID != "":
 		return "slurm job " + id.SlurmJobID
 	default:
-		return fmt.Sprintf("%s pid %d", instance, pid)
+		return fmt.Sprintf("%s pid %d", node, pid)
 	}
 }
 
@@ -262,7 +266,8 @@ func (e *exporter) gpuLabels(g int) (labels, info string) {
 func (e *exporter) procLabels(p scenario.Process) (labels, info string) {
 	if _, ok := e.proc[p.PID]; !ok {
 		pl := []string{"instance", instance, "job", scrapeJob, "gpu", strconv.Itoa(p.GPU), "uuid", gpuUUID(p.GPU),
-			"pid", strconv.Itoa(p.PID), "comm", p.Comm, "namespace", p.Namespace, "pod", p.Pod, "container", p.Container}
+			"pid", strconv.Itoa(p.PID), "comm", p.Comm, "namespace", p.Namespace, "pod", p.Pod, "container", p.Container,
+			"workload", workloadOf(p.Identity, p.PID)}
 		framework := ""
 		if p.ReportsAllocator {
 			framework = "pytorch"
@@ -279,7 +284,9 @@ func (e *exporter) scrape(tk scenario.Tick) map[string]float64 {
 	peakUsed := e.peakUsed
 	m := map[string]float64{}
 	m["gpumem_nvml_up"+labelBody("instance", instance, "job", scrapeJob)] = 1
+	free := map[int]uint64{}
 	for _, g := range tk.GPUs {
+		free[g.Index] = g.Free
 		gl, info := e.gpuLabels(g.Index)
 		m["gpumem_gpu_info"+info] = 1
 		m["gpumem_gpu_memory_total_bytes"+gl] = float64(g.Total)
@@ -306,9 +313,12 @@ func (e *exporter) scrape(tk scenario.Tick) map[string]float64 {
 		put("gpumem_allocator_inactive_split_bytes", p.InactiveSplit)
 		put("gpumem_allocator_peak_reserved_bytes", p.PeakReserved)
 		put("gpumem_allocator_peak_active_bytes", p.PeakActive)
+		capacity := p.Reserved + free[p.GPU]
 		if p.Limit > 0 {
 			put("gpumem_allocator_limit_bytes", p.Limit)
+			capacity = min(capacity, p.Limit)
 		}
+		put("gpumem_allocator_capacity_bytes", capacity)
 		if f := e.floors[p.PID]; f != nil {
 			if v, ok := f.Floor(); ok {
 				put("gpumem_allocator_active_floor_bytes", v)
