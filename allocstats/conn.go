@@ -36,9 +36,8 @@ type connection struct {
 	cs     *connState
 	peer   *peer
 	logger log.Logger
-	// entry is the store entry the connection feeds, nil before its first
-	// accepted message.
-	entry    *procEntry
+	// session is the connection's input to the store.
+	session  *Session
 	welcomed bool
 	// writeMu serialises writes: see write.
 	writeMu sync.Mutex
@@ -90,6 +89,7 @@ func (s *Server) handle(cs *connState, acceptedAt time.Duration) {
 		cs:          cs,
 		peer:        p,
 		logger:      log.With(s.logger, "pid", p.id.PID, "uid", p.id.UID),
+		session:     s.store.Open(p.id, s.cfg.MaxDevices),
 		lastMessage: time.Now(),
 	}
 	level.Debug(conn.logger).Log("msg", "allocstats connection opened", "start_time", p.id.StartTime)
@@ -101,7 +101,7 @@ func (s *Server) handle(cs *connState, acceptedAt time.Duration) {
 		s.connectionsClosed.WithLabelValues(*r).Inc()
 		err = fmt.Errorf("%s: %w", *r, err)
 	}
-	s.store.release(conn.entry, time.Now())
+	conn.session.Close(time.Now())
 	level.Debug(conn.logger).Log("msg", "allocstats connection closed", "reason", err)
 }
 
@@ -183,7 +183,7 @@ func (cn *connection) handleLine(line []byte) error {
 		if cn.peer.isAlive() {
 			cn.aliveAt = cn.lr.reads
 		} else {
-			if cn.entry == nil || !peerClosed(cn.cs.c) {
+			if cn.session.entry == nil || !peerClosed(cn.cs.c) {
 				s.messages.WithLabelValues(msg.Type, wire.ResultRejected).Inc()
 				return &errClose{closeProcessGone, fmt.Errorf("process %d exited; its connection is closed", cn.peer.id.PID)}
 			}
@@ -193,7 +193,7 @@ func (cn *connection) handleLine(line []byte) error {
 	now := time.Now()
 	switch msg.Type {
 	case wire.TypeHello:
-		err = cn.bind(s.store.hello(cn.entry, cn.peer.id, msg.Hello))
+		err = cn.track(cn.session.Hello(msg.Hello))
 		if err == nil && !cn.welcomed && !cn.draining {
 			s.messages.WithLabelValues(wire.TypeHello, wire.ResultOK).Inc()
 			cn.welcomed = true
@@ -202,7 +202,7 @@ func (cn *connection) handleLine(line []byte) error {
 		}
 	case wire.TypeStats:
 		if err = cn.canonicalDevices(msg.Devices); err == nil {
-			err = cn.bind(s.store.stats(cn.entry, cn.peer.id, msg.Devices, now, s.cfg.MaxDevices))
+			err = cn.track(cn.session.Stats(msg.Devices, now))
 		}
 	case wire.TypeOOM:
 		canonical, total, ok := cn.knownDevice(msg.OOM.UUID)
@@ -213,13 +213,12 @@ func (cn *connection) handleLine(line []byte) error {
 		msg.OOM.UUID = canonical
 		msg.OOM.LimitBytes = clampOptional(msg.OOM.LimitBytes, total)
 		msg.OOM.FreeBytes = clampOptional(msg.OOM.FreeBytes, total)
-		var e *procEntry
 		var reply func([]byte)
 		if !cn.draining {
 			reply = cn.reply
 		}
-		e, _, err = s.store.oom(cn.entry, cn.peer.id, msg.OOM, now, s.cfg.MaxDevices, reply)
-		err = cn.bind(e, err)
+		_, err = cn.session.OOM(msg.OOM, now, reply)
+		err = cn.track(err)
 	}
 	if err != nil {
 		cn.reject(msg.Type, err)
@@ -233,10 +232,9 @@ func (cn *connection) handleLine(line []byte) error {
 	return nil
 }
 
-// bind records the entry a store call returned.
-func (cn *connection) bind(e *procEntry, err error) error {
-	if err == nil && e != cn.entry {
-		cn.entry = e
+// track publishes the entry the session bound to, for closeStale.
+func (cn *connection) track(err error) error {
+	if e := cn.session.entry; err == nil && e != cn.cs.entry.Load() {
 		cn.cs.entry.Store(e)
 	}
 	return err

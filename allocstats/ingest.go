@@ -1,6 +1,6 @@
 package allocstats
 
-// A connection's hello and stats messages, applied to its entry.
+// A session's hello and stats messages, applied to its entry.
 
 import (
 	"math"
@@ -35,7 +35,8 @@ func addSat(a, b uint64) uint64 {
 	return a + b
 }
 
-// hello records a hello message of a connection and returns its entry.
+// hello records a hello message of a session bound to bound (nil: not
+// bound yet) and returns its entry.
 func (s *Store) hello(bound *procEntry, id Identity, h wire.Hello) (*procEntry, error) {
 	if bound != nil {
 		if err := lockBound(bound); err != nil {
@@ -59,9 +60,9 @@ func (s *Store) hello(bound *procEntry, id Identity, h wire.Hello) (*procEntry, 
 	return e, nil
 }
 
-// stats applies a validated stats message of a connection. A connection's
-// later messages lock only its process's entry; its first one (bound nil)
-// takes the store's lock to find or create the entry.
+// stats applies a validated stats message of a session. A session's later
+// messages lock only its process's entry; its first one (bound nil) takes
+// the store's lock to find or create the entry.
 func (s *Store) stats(bound *procEntry, id Identity, devices []DeviceReport, now time.Time, maxDevices int) (*procEntry, error) {
 	if bound != nil {
 		if err := lockBound(bound); err != nil {

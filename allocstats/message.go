@@ -2,9 +2,10 @@ package allocstats
 
 import "github.com/gpumem/gpumem_exporter/allocstats/wire"
 
-// The protocol's values that other packages hand to the store (a simulated
+// The protocol's values that other packages hand to a Session (a simulated
 // node's reports, tests), as package wire decodes them.
 type (
+	Hello        = wire.Hello
 	DeviceReport = wire.DeviceReport
 	OOMMessage   = wire.OOMMessage
 	Optional     = wire.Optional

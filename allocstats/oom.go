@@ -24,8 +24,8 @@ type OOMEvent struct {
 }
 
 // OnOOM adds f to the functions called, synchronously and without the
-// store's lock, after each oom message the store records (from a
-// connection or a feed). f must be fast. Add hooks before the store is
+// store's lock, after each oom message the store records (Session.OOM).
+// f must be fast. Add hooks before the store is
 // used.
 func (s *Store) OnOOM(f func(OOMEvent)) {
 	s.oomHooks = append(s.oomHooks, f)
@@ -37,7 +37,8 @@ func (s *Store) notifyOOM(ev OOMEvent) {
 	}
 }
 
-// oom records an oom message of a connection.
+// oom records an oom message of a session bound to bound (nil: not bound
+// yet).
 func (s *Store) oom(bound *procEntry, id Identity, m OOMMessage, now time.Time, maxDevices int, reply func([]byte)) (*procEntry, OOMEvent, error) {
 	devices := []DeviceReport{{UUID: m.UUID}}
 	e := bound
