@@ -422,11 +422,13 @@ type backend struct {
 // open while it runs, so that the TTL, the linger (once Prune, asking the
 // node, finds a process gone) and the unlisted grace apply to them as to
 // any client. Each reports under a uid of its own (the load scenario's,
-// under its slot's), so that the process caps of the flags, unchanged,
-// hold the node beside real clients (128 processes at 16 per GPU, twice
-// the per-uid default); the node's processes count against
-// --allocstats.max-processes. The node names and tracks its own processes
-// before the resolver, and its NVML lists only them.
+// under its slot's), so that the per-uid process cap of the flags holds
+// the node unchanged (128 processes at 16 per GPU, twice the per-uid
+// default); the store's process cap is raised by the most processes the
+// node runs at once, so that its live processes leave real clients and
+// those that exited the room --allocstats.max-processes gives them. The
+// node names and tracks its own processes before the resolver, and its
+// NVML lists only them.
 func newBackend(o *options, store *allocstats.Store, resolver *workload.ProcResolver, logger log.Logger) (backend, error) {
 	if o.nvmlBackend != "simulated" {
 		return backend{lib: nvml.New(), processes: resolver}, nil
@@ -435,6 +437,7 @@ func newBackend(o *options, store *allocstats.Store, resolver *workload.ProcReso
 	if err != nil {
 		return backend{}, err
 	}
+	store.SetProcessLimits(o.maxProcesses+sim.MaxProcesses(), o.maxProcessesPerUID)
 	level.Info(logger).Log("msg", "using the simulated NVML backend: 8 scripted H200 GPUs", "scenario", sim.Scenario(), "seed", o.simSeed, "speed", o.simSpeed)
 	return backend{lib: sim.Advancing(), processes: workload.Trackers{sim, resolver}, sees: sim.Sees}, nil
 }

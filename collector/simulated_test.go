@@ -12,16 +12,25 @@ import (
 )
 
 // simulatedNode wires the simulated node as main does: each poll steps
-// the node, whose allocator state feeds a store.
+// the node, whose processes report to a store, and prunes the store.
 func simulatedNode(t testing.TB, processesPerGPU int) (*nvmlpoll.Poller, *simulate.Node, *allocstats.Store) {
 	t.Helper()
 	store := allocstats.NewStore(time.Minute)
-	sim, err := simulate.New(simulate.Config{Seed: 1, ProcessesPerGPU: processesPerGPU, Sink: store})
+	sim, err := simulate.New(simulate.Config{Seed: 1, ProcessesPerGPU: processesPerGPU, Open: simulate.Sessions(store)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := nvmlpoll.NewPoller(nvmlpoll.Config{Lib: sim.Advancing()})
+	p := pruneOnPoll(nvmlpoll.NewPoller(nvmlpoll.Config{Lib: sim.Advancing()}), store, sim)
 	return p, sim, store
+}
+
+// pruneOnPoll has each poll of p drop from store the simulated processes
+// that exited, as main's poll hook does, and returns p.
+func pruneOnPoll(p *nvmlpoll.Poller, store *allocstats.Store, sim *simulate.Node) *nvmlpoll.Poller {
+	p.OnPoll(func(*nvmlpoll.Snapshot) {
+		store.Prune(time.Now(), func(pid uint32, start uint64) bool { alive, _ := sim.Alive(pid, start); return alive })
+	})
+	return p
 }
 
 // TestSimulatedNodeMemoryAddsUp checks the gathered values, not the

@@ -23,18 +23,19 @@ import (
 func simulatedExporter(t testing.TB, scenarioName string, processesPerGPU int, aggregate string) (*nvmlpoll.Poller, *Exporter, *prometheus.Registry) {
 	t.Helper()
 	sim, store := simulatedSources(t, scenarioName, processesPerGPU)
-	p := nvmlpoll.NewPoller(nvmlpoll.Config{Lib: sim.Advancing()})
+	p := pruneOnPoll(nvmlpoll.NewPoller(nvmlpoll.Config{Lib: sim.Advancing()}), store, sim)
 	exp, reg := exporterOver(t, p, store, sim, aggregate)
 	return p, exp, reg
 }
 
 // simulatedSources is the simulated node of simulatedExporter and the
-// store it reports to.
+// store its processes report to; a poller over it prunes the store
+// (pruneOnPoll).
 func simulatedSources(t testing.TB, scenarioName string, processesPerGPU int) (*simulate.Node, *allocstats.Store) {
 	t.Helper()
 	store := allocstats.NewStore(time.Minute)
 	now := time.Unix(1_750_000_000, 0)
-	sim, err := simulate.New(simulate.Config{Scenario: scenarioName, ProcessesPerGPU: processesPerGPU, Seed: 1, Sink: store,
+	sim, err := simulate.New(simulate.Config{Scenario: scenarioName, ProcessesPerGPU: processesPerGPU, Seed: 1, Open: simulate.Sessions(store),
 		Now: func() time.Time { now = now.Add(time.Second); return now }})
 	if err != nil {
 		t.Fatal(err)
@@ -153,7 +154,7 @@ func TestTextIsReusedWhileTheViewIsTheSame(t *testing.T) {
 func TestTextIsReusedAfterAPollThatReadTheSame(t *testing.T) {
 	sim, store := simulatedSources(t, simulate.Load, 4)
 	// The still NVML: the node moves only when the test steps it.
-	p := nvmlpoll.NewPoller(nvmlpoll.Config{Lib: sim.Interface()})
+	p := pruneOnPoll(nvmlpoll.NewPoller(nvmlpoll.Config{Lib: sim.Interface()}), store, sim)
 	exp, reg := exporterOver(t, p, store, sim, AggregatePID)
 	for i := 0; i < 30; i++ { // processes started and reporting
 		sim.Step()

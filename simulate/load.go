@@ -57,6 +57,14 @@ func newLoadScript(perGPU int, seed int64) *loadScript {
 	return s
 }
 
+func (s *loadScript) maxProcesses() int {
+	n := 0
+	for _, slots := range s.gpus {
+		n += len(slots)
+	}
+	return n
+}
+
 func (s *loadScript) step(time.Duration) state {
 	var st state
 	for i, slots := range s.gpus {
@@ -86,7 +94,7 @@ func (s *loadScript) step(time.Duration) state {
 			if !sl.alive {
 				continue
 			}
-			p := process{pid: int(sl.pid), gpu: i, start: uint64(sl.pid), used: sl.used(),
+			p := process{pid: int(sl.pid), gpu: i, start: uint64(sl.pid), uid: sl.uid(), used: sl.used(),
 				info: workload.Info{PID: sl.pid, StartTime: uint64(sl.pid), Comm: sl.comm}}
 			if sl.reporting {
 				r := sl.report()
@@ -120,6 +128,11 @@ type simSlot struct {
 }
 
 func (sl *simSlot) used() uint64 { return ContextBytes + sl.reserved }
+
+// uid is the slot's: every process the slot runs reports under it, so
+// that over a process cap of the store a slot's new process pushes its own
+// predecessor out of the linger, not another slot's.
+func (sl *simSlot) uid() uint32 { return uidBase + uint32(sl.gpu*100+sl.slot) }
 
 func (sl *simSlot) report() allocstats.DeviceReport {
 	r := allocstats.DeviceReport{
@@ -176,7 +189,7 @@ func (sl *simSlot) step() {
 				// The allocator flushes its cache, retries, and gives up.
 				sl.retries++
 				sl.ooms++
-				sl.oomThisStep = &oomEvent{pid: int(sl.pid), gpu: sl.gpu, start: uint64(sl.pid), requested: sl.spike, limit: sl.limit}
+				sl.oomThisStep = &oomEvent{pid: int(sl.pid), gpu: sl.gpu, start: uint64(sl.pid), uid: sl.uid(), requested: sl.spike, limit: sl.limit}
 			}
 			sl.active = sl.target
 			sl.reserved = sl.target

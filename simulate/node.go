@@ -1,9 +1,10 @@
 // Package simulate is the node behind --nvml.backend=simulated: eight H200
 // GPUs on go-nvml's dgxh200 mock whose processes behave like PyTorch
 // training and inference jobs (the scenarios of simulate/scenario), or, for
-// load tests, a fixed number of simple processes per GPU. It feeds their
-// allocator state to the store as instrumented clients would, and names
-// their pods and Slurm jobs as the workload cache would.
+// load tests, a fixed number of simple processes per GPU. Its processes
+// report their allocator state to the store as instrumented clients do,
+// each through a session of its own, and it names their pods and Slurm
+// jobs as the workload cache would.
 package simulate
 
 import (
@@ -32,6 +33,13 @@ const (
 	// pidBase keeps simulated pids clear of the host's real ones, so that
 	// /proc never describes a simulated process.
 	pidBase = 4100000
+	// uidBase is the first of the simulated processes' uids. Each process
+	// (each slot, in the load scenario) reports under a uid of its own,
+	// as the users of a shared node do, so that the store's per-uid
+	// process caps bind it no more than they bind them; the range is
+	// above those of users and of containers' mapped uids, clear of the
+	// real clients' uids.
+	uidBase = 1879048192
 )
 
 // Load is the scenario of load tests: ProcessesPerGPU simple processes on
@@ -53,12 +61,20 @@ var UUIDs = [8]string{
 	"GPU-5f0e3c1a-7b2d-4e89-a1c3-000000000007",
 }
 
-// Sink takes the allocator state of the simulated processes: the
-// allocstats store.
-type Sink interface {
-	Feed(id allocstats.Identity, framework string, devices []allocstats.DeviceReport, now time.Time) error
-	FeedOOM(id allocstats.Identity, m allocstats.OOMMessage, now time.Time) (allocstats.OOMEvent, error)
-	Remove(pid uint32)
+// Session is a simulated process's client of the allocator store: an
+// *allocstats.Session, which the socket server also opens for each
+// connection of an instrumented process.
+type Session interface {
+	Hello(h allocstats.Hello) error
+	Stats(devices []allocstats.DeviceReport, now time.Time) error
+	OOM(m allocstats.OOMMessage, now time.Time, reply func(line []byte)) (allocstats.OOMEvent, error)
+	Close(now time.Time)
+}
+
+// Sessions returns what Config.Open takes for store: each simulated
+// process reports to store through a session of its own.
+func Sessions(store *allocstats.Store) func(allocstats.Identity) Session {
+	return func(id allocstats.Identity) Session { return store.Open(id, 0) }
 }
 
 // Config configures the simulated node.
@@ -69,8 +85,11 @@ type Config struct {
 	// ProcessesPerGPU is the Load scenario's size (default 3).
 	ProcessesPerGPU int
 	Seed            int64
-	// Sink receives the allocator state after each step; may be nil.
-	Sink Sink
+	// Open opens the session of a simulated process that reports its
+	// allocator state, at its first report (Sessions(store)); the node
+	// closes it when the process exits. nil: the processes report to
+	// nobody.
+	Open func(id allocstats.Identity) Session
 	// Now is the clock: each Step advances the node by the time since the
 	// last one (time.Now by default), times Speed (default 1; 60 runs an
 	// hour of the scenario in a minute, for demos and tests).
@@ -82,6 +101,7 @@ type Config struct {
 type process struct {
 	pid, gpu int
 	start    uint64 // start time in clock ticks, never 0
+	uid      uint32
 	used     uint64
 	info     workload.Info
 	report   *allocstats.DeviceReport // nil for a process that reports nothing
@@ -91,6 +111,7 @@ type process struct {
 type oomEvent struct {
 	pid, gpu         int
 	start            uint64
+	uid              uint32
 	requested, limit uint64
 	free             uint64
 	// report is the process's allocator at the failure, which its client
@@ -116,6 +137,8 @@ type state struct {
 // script advances a simulated node.
 type script interface {
 	step(dt time.Duration) state
+	// maxProcesses is the most processes the script runs at once.
+	maxProcesses() int
 }
 
 // Node is the simulated node. Step advances it (each poll of Advancing
@@ -134,6 +157,19 @@ type Node struct {
 	clock time.Time
 	state state
 	pids  map[uint32]*process
+
+	// reportMu serialises the reports of Steps; it guards sessions.
+	reportMu sync.Mutex
+	// sessions are the open sessions of the processes that reported, by
+	// pid.
+	sessions map[uint32]openSession
+}
+
+// openSession is the session of the process of a pid that started at
+// start.
+type openSession struct {
+	start   uint64
+	session Session
 }
 
 // New builds the node.
@@ -150,7 +186,7 @@ func New(cfg Config) (*Node, error) {
 			cfg.Scenario = Load
 		}
 	}
-	n := &Node{cfg: cfg, server: dgxh200.New(), pids: map[uint32]*process{}}
+	n := &Node{cfg: cfg, server: dgxh200.New(), pids: map[uint32]*process{}, sessions: map[uint32]openSession{}}
 	switch cfg.Scenario {
 	case Load:
 		n.script = newLoadScript(cfg.ProcessesPerGPU, cfg.Seed)
@@ -202,6 +238,9 @@ func (a advancing) DeviceGetCount() (int, nvml.Return) {
 // Scenario is what the node runs.
 func (n *Node) Scenario() string { return n.cfg.Scenario }
 
+// MaxProcesses is the most processes the node runs at once.
+func (n *Node) MaxProcesses() int { return n.script.maxProcesses() }
+
 func (n *Node) wireDevice(i int) {
 	d := n.server.Devices[i].(*server.Device)
 	d.UUID = UUIDs[i]
@@ -244,7 +283,7 @@ func (n *Node) wireDevice(i int) {
 }
 
 // Step advances the node by the time since the last Step (a first Step
-// starts it) and hands the allocator state to the sink.
+// starts it), and its processes report their allocator state.
 func (n *Node) Step() {
 	now := n.cfg.Now()
 	n.mu.Lock()
@@ -265,44 +304,92 @@ func (n *Node) Step() {
 		n.pids[uint32(p.pid)] = p
 	}
 	n.mu.Unlock()
-
-	sink := n.cfg.Sink
-	if sink == nil {
-		return
+	if n.cfg.Open != nil {
+		n.report(st, sampled, now)
 	}
-	feed := func(p process) {
-		if p.report != nil {
-			r := *p.report
-			r.At = sampled
-			// Cannot fail: one known device per process.
-			_ = sink.Feed(allocstats.Identity{PID: uint32(p.pid), StartTime: p.start}, "pytorch", []allocstats.DeviceReport{r}, now)
+}
+
+// report sends what the step's processes' clients send, received at now;
+// sampled is the simulated time of the step. The OOMs come first, in the
+// order they were raised, each as a client sends it: the allocator's
+// stats read at the failure, then the oom message. Then the processes
+// that exited: their last stats, then the end of their session (the
+// store keeps their counters for the OOM linger once it finds them gone).
+// Then the live processes' state now, after their errors.
+func (n *Node) report(st state, sampled, now time.Time) {
+	n.reportMu.Lock()
+	defer n.reportMu.Unlock()
+	stats := func(pid int, start uint64, uid uint32, r allocstats.DeviceReport) {
+		if s := n.session(pid, start, uid, now); s != nil {
+			n.check(pid, s.Stats([]allocstats.DeviceReport{r}, now), now)
 		}
 	}
-	// The OOMs, in the order they were raised, each as a client sends
-	// it: the allocator's stats read at the failure, then the oom
-	// message. Then the processes that exited: their last push, then the
-	// exit (the store keeps their counters for the OOM linger). Then the
-	// live processes' state now, after their errors.
 	for _, o := range st.ooms {
-		id := allocstats.Identity{PID: uint32(o.pid), StartTime: o.start}
 		if o.report != nil {
 			r := *o.report
 			r.At = sampled.Add(-o.ago)
-			// Cannot fail: one known device per process.
-			_ = sink.Feed(id, "pytorch", []allocstats.DeviceReport{r}, now)
+			stats(o.pid, o.start, o.uid, r)
 		}
-		_, _ = sink.FeedOOM(id, allocstats.OOMMessage{
-			UUID: UUIDs[o.gpu], RequestedBytes: o.requested, LimitBytes: allocstats.Some(o.limit), FreeBytes: allocstats.Some(o.free),
-		}, now)
+		if s := n.session(o.pid, o.start, o.uid, now); s != nil {
+			_, err := s.OOM(allocstats.OOMMessage{
+				UUID: UUIDs[o.gpu], RequestedBytes: o.requested, LimitBytes: allocstats.Some(o.limit), FreeBytes: allocstats.Some(o.free),
+			}, now, nil)
+			n.check(o.pid, err, now)
+		}
 	}
 	for _, p := range st.final {
-		feed(p)
+		if p.report != nil {
+			r := *p.report
+			r.At = sampled
+			stats(p.pid, p.start, p.uid, r)
+		}
 	}
 	for _, pid := range st.exited {
-		sink.Remove(uint32(pid))
+		n.closeSession(uint32(pid), now)
 	}
 	for _, p := range st.processes {
-		feed(p)
+		if p.report != nil {
+			r := *p.report
+			r.At = sampled
+			stats(p.pid, p.start, p.uid, r)
+		}
+	}
+}
+
+// session returns the open session of the process pid started at start,
+// opening it, with the client's hello, at the process's first report (and
+// closing an earlier holder's of the pid); nil when the store refuses it.
+// The caller holds reportMu.
+func (n *Node) session(pid int, start uint64, uid uint32, now time.Time) Session {
+	if o, ok := n.sessions[uint32(pid)]; ok {
+		if o.start == start {
+			return o.session
+		}
+		n.closeSession(uint32(pid), now)
+	}
+	s := n.cfg.Open(allocstats.Identity{PID: uint32(pid), UID: uid, StartTime: start})
+	if err := s.Hello(allocstats.Hello{Framework: "pytorch"}); err != nil {
+		s.Close(now)
+		return nil
+	}
+	n.sessions[uint32(pid)] = openSession{start, s}
+	return s
+}
+
+// check ends the session of pid when the store refused a message of it:
+// the next report opens a new one, as a client reconnects. The caller
+// holds reportMu.
+func (n *Node) check(pid int, err error, now time.Time) {
+	if err != nil {
+		n.closeSession(uint32(pid), now)
+	}
+}
+
+// closeSession ends the session of pid, if any. The caller holds reportMu.
+func (n *Node) closeSession(pid uint32, now time.Time) {
+	if o, ok := n.sessions[pid]; ok {
+		o.session.Close(now)
+		delete(n.sessions, pid)
 	}
 }
 

@@ -1,6 +1,7 @@
 package simulate
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -9,25 +10,6 @@ import (
 	"github.com/gpumem/gpumem_exporter/nvmlpoll"
 	"github.com/gpumem/gpumem_exporter/simulate/scenario"
 )
-
-// recorder is a Sink that keeps what one step fed.
-type recorder struct {
-	reports []allocstats.DeviceReport
-	exited  []uint32
-	ooms    []allocstats.OOMMessage
-}
-
-func (r *recorder) Feed(_ allocstats.Identity, _ string, d []allocstats.DeviceReport, _ time.Time) error {
-	r.reports = append(r.reports, d...)
-	return nil
-}
-
-func (r *recorder) FeedOOM(id allocstats.Identity, m allocstats.OOMMessage, now time.Time) (allocstats.OOMEvent, error) {
-	r.ooms = append(r.ooms, m)
-	return allocstats.OOMEvent{PID: id.PID, UUID: m.UUID, Time: now}, nil
-}
-
-func (r *recorder) Remove(pid uint32) { r.exited = append(r.exited, pid) }
 
 // clock is a fake time that advances by step at each call.
 func clock(step time.Duration) func() time.Time {
@@ -72,15 +54,18 @@ func TestSimulatedNodeInvariantsHoldAtEveryStep(t *testing.T) {
 }
 
 func checkInvariants(t *testing.T, scenarioName string, unattributedGPU, steps int) {
-	rec := &recorder{}
-	sim := mustNew(t, Config{Scenario: scenarioName, ProcessesPerGPU: 3, Seed: 7, Sink: rec, Now: clock(5 * time.Second)})
+	seq := &sequence{}
+	sim := mustNew(t, Config{Scenario: scenarioName, ProcessesPerGPU: 3, Seed: 7, Open: seq.open, Now: clock(5 * time.Second)})
 	p := newPoller(sim)
 	var sawUnattributed, sawPeakAbove, sawExit, sawOOM, sawInactive bool
 	for i := 0; i < steps; i++ {
-		*rec = recorder{}
+		seq.events = nil
 		snap := pollOnce(t, p)
 		if len(snap.Devices) != 8 {
 			t.Fatalf("step %d: %d devices", i, len(snap.Devices))
+		}
+		if n := len(snap.PIDs()); n > sim.MaxProcesses() {
+			t.Fatalf("step %d: %d processes, above the node's most of %d", i, n, sim.MaxProcesses())
 		}
 		for _, d := range snap.Devices {
 			m := d.Memory
@@ -108,9 +93,13 @@ func checkInvariants(t *testing.T, scenarioName string, unattributedGPU, steps i
 				}
 			}
 		}
-		sawExit = sawExit || len(rec.exited) > 0
-		sawOOM = sawOOM || len(rec.ooms) > 0
-		for _, a := range rec.reports {
+		for _, e := range seq.events {
+			sawExit = sawExit || e.kind == "exit"
+			sawOOM = sawOOM || e.kind == "oom"
+			if e.kind != "stats" {
+				continue
+			}
+			a := e.report
 			if a.Active.V > a.Reserved || a.Allocated.V > a.Active.V || a.PeakReserved.V < a.Reserved || a.PeakActive.V < a.Active.V {
 				t.Fatalf("step %d: inconsistent allocator state %+v", i, a)
 			}
@@ -222,31 +211,49 @@ func TestMixNamesPodsAndSlurmJobs(t *testing.T) {
 	}
 }
 
-// sinkEvent is one call a Sink got: a stats report, an oom message or an
-// exit.
-type sinkEvent struct {
+// sessionEvent is one message the node's sessions sent: a hello, a stats
+// report, an oom message, or an exit (the session's end).
+type sessionEvent struct {
 	kind   string
-	pid    uint32
+	id     allocstats.Identity
 	report allocstats.DeviceReport
 	oom    allocstats.OOMMessage
 }
 
-// sequence is a Sink that keeps every call in order.
-type sequence struct{ events []sinkEvent }
+// sequence keeps every message of the sessions it opens (Config.Open), in
+// order.
+type sequence struct{ events []sessionEvent }
 
-func (s *sequence) Feed(id allocstats.Identity, _ string, d []allocstats.DeviceReport, _ time.Time) error {
-	for _, r := range d {
-		s.events = append(s.events, sinkEvent{kind: "stats", pid: id.PID, report: r})
+func (s *sequence) open(id allocstats.Identity) Session { return recordedSession{s, id} }
+
+type recordedSession struct {
+	seq *sequence
+	id  allocstats.Identity
+}
+
+func (r recordedSession) add(e sessionEvent) {
+	e.id = r.id
+	r.seq.events = append(r.seq.events, e)
+}
+
+func (r recordedSession) Hello(allocstats.Hello) error {
+	r.add(sessionEvent{kind: "hello"})
+	return nil
+}
+
+func (r recordedSession) Stats(d []allocstats.DeviceReport, _ time.Time) error {
+	for _, rep := range d {
+		r.add(sessionEvent{kind: "stats", report: rep})
 	}
 	return nil
 }
 
-func (s *sequence) FeedOOM(id allocstats.Identity, m allocstats.OOMMessage, now time.Time) (allocstats.OOMEvent, error) {
-	s.events = append(s.events, sinkEvent{kind: "oom", pid: id.PID, oom: m})
-	return allocstats.OOMEvent{PID: id.PID, UUID: m.UUID, Time: now}, nil
+func (r recordedSession) OOM(m allocstats.OOMMessage, now time.Time, _ func([]byte)) (allocstats.OOMEvent, error) {
+	r.add(sessionEvent{kind: "oom", oom: m})
+	return allocstats.OOMEvent{PID: r.id.PID, UUID: m.UUID, Time: now}, nil
 }
 
-func (s *sequence) Remove(pid uint32) { s.events = append(s.events, sinkEvent{kind: "exit", pid: pid}) }
+func (r recordedSession) Close(time.Time) { r.add(sessionEvent{kind: "exit"}) }
 
 // TestStatsBeforeAnOOMAreTheFiguresAtTheFailure checks that each oom
 // message comes right after a stats report of the same process holding the
@@ -258,7 +265,7 @@ func TestStatsBeforeAnOOMAreTheFiguresAtTheFailure(t *testing.T) {
 		t.Run(step.String(), func(t *testing.T) {
 			const seed = 3
 			seq := &sequence{}
-			sim := mustNew(t, Config{Seed: seed, Sink: seq, Now: clock(step)})
+			sim := mustNew(t, Config{Seed: seed, Open: seq.open, Now: clock(step)})
 			// The same scenario, advanced alike, says what each OOM's
 			// figures were.
 			ref, err := scenario.New(scenario.Mix, seed)
@@ -283,36 +290,36 @@ func TestStatsBeforeAnOOMAreTheFiguresAtTheFailure(t *testing.T) {
 			for i, e := range seq.events {
 				switch e.kind {
 				case "stats":
-					l := last[e.pid]
+					l := last[e.id.PID]
 					r := e.report
 					if l.exited {
-						t.Fatalf("pid %d reported after its exit", e.pid)
+						t.Fatalf("pid %d reported after its exit", e.id.PID)
 					}
 					if r.OOMs.V < l.ooms || r.AllocRetries.V < l.retries || r.PeakActive.V < l.peakActive || r.PeakReserved.V < l.peakReserved {
-						t.Fatalf("pid %d's counters or peaks fell: %+v after %+v", e.pid, r, l)
+						t.Fatalf("pid %d's counters or peaks fell: %+v after %+v", e.id.PID, r, l)
 					}
-					last[e.pid] = reported{r.OOMs.V, r.AllocRetries.V, r.PeakActive.V, r.PeakReserved.V, false}
+					last[e.id.PID] = reported{r.OOMs.V, r.AllocRetries.V, r.PeakActive.V, r.PeakReserved.V, false}
 				case "exit":
-					l := last[e.pid]
+					l := last[e.id.PID]
 					l.exited = true
-					last[e.pid] = l
+					last[e.id.PID] = l
 				case "oom":
 					if ooms >= len(want) {
 						t.Fatalf("more oom messages than the scenario's %d OOMs", len(want))
 					}
 					o := want[ooms]
 					ooms++
-					if e.pid != uint32(pidBase+o.PID) || e.oom.RequestedBytes != o.Requested || e.oom.FreeBytes.V != o.Free || e.oom.LimitBytes.V != o.Limit {
-						t.Fatalf("oom message %d is %+v of pid %d, want the OOM of pid %d at %v: %+v", ooms, e.oom, e.pid, pidBase+o.PID, o.At, o)
+					if e.id.PID != uint32(pidBase+o.PID) || e.oom.RequestedBytes != o.Requested || e.oom.FreeBytes.V != o.Free || e.oom.LimitBytes.V != o.Limit {
+						t.Fatalf("oom message %d is %+v of pid %d, want the OOM of pid %d at %v: %+v", ooms, e.oom, e.id.PID, pidBase+o.PID, o.At, o)
 					}
-					if i == 0 || seq.events[i-1].kind != "stats" || seq.events[i-1].pid != e.pid {
-						t.Fatalf("the OOM of pid %d at %v does not follow a stats report of that process", e.pid, o.At)
+					if i == 0 || seq.events[i-1].kind != "stats" || seq.events[i-1].id.PID != e.id.PID {
+						t.Fatalf("the OOM of pid %d at %v does not follow a stats report of that process", e.id.PID, o.At)
 					}
 					r, a := seq.events[i-1].report, o.AtFailure
 					if r.Reserved != a.Reserved || r.Active.V != a.Active || r.InactiveSplit.V != a.InactiveSplit ||
 						r.Allocated.V != a.Allocated || r.OOMs.V != a.OOMs || r.AllocRetries.V != a.AllocRetries {
 						t.Errorf("stats before the OOM of pid %d at %v: reserved %d, active %d, inactive_split %d, ooms %d; want the figures at the failure: %d, %d, %d, %d",
-							e.pid, o.At, r.Reserved, r.Active.V, r.InactiveSplit.V, r.OOMs.V, a.Reserved, a.Active, a.InactiveSplit, a.OOMs)
+							e.id.PID, o.At, r.Reserved, r.Active.V, r.InactiveSplit.V, r.OOMs.V, a.Reserved, a.Active, a.InactiveSplit, a.OOMs)
 					}
 				}
 			}
@@ -339,5 +346,106 @@ func TestOnlyTheAdvancingNVMLStepsTheNode(t *testing.T) {
 		if got := pollOnce(t, still); !slices.Equal(got.PIDs(), snap.PIDs()) || got.Devices[0].Memory != snap.Devices[0].Memory {
 			t.Fatal("a poll of Interface moved the node")
 		}
+	}
+}
+
+// The node's processes report to the store as any client does, through
+// sessions, under the per-uid cap of the flags' defaults and a process
+// cap raised by the node's size, as main sets them: in the load scenario,
+// at 16 processes per GPU (twice the per-uid cap) and at 99 (the most),
+// every live process that reports is in the store at every step,
+// connected, and a process that exited lingers, no longer connected.
+func TestTheLoadScenarioReportsWithinTheStoresCaps(t *testing.T) {
+	for _, perGPU := range []int{16, 99} {
+		t.Run(fmt.Sprint(perGPU), func(t *testing.T) { checkReportsWithinCaps(t, perGPU, 600) })
+	}
+}
+
+func checkReportsWithinCaps(t *testing.T, perGPU, steps int) {
+	store := allocstats.NewStore(allocstats.DefaultTTL)
+	store.SetLinger(allocstats.DefaultOOMLinger)
+	now := time.Unix(1_750_000_000, 0)
+	sim := mustNew(t, Config{Scenario: Load, ProcessesPerGPU: perGPU, Seed: 1, Open: Sessions(store),
+		Now: func() time.Time { now = now.Add(time.Second); return now }})
+	if sim.MaxProcesses() != 8*perGPU {
+		t.Fatalf("MaxProcesses = %d, want %d", sim.MaxProcesses(), 8*perGPU)
+	}
+	store.SetProcessLimits(allocstats.DefaultMaxProcesses+sim.MaxProcesses(), allocstats.DefaultMaxProcessesPerUID)
+	p := newPoller(sim)
+	p.OnPoll(func(*nvmlpoll.Snapshot) {
+		store.Prune(now, func(pid uint32, start uint64) bool { alive, _ := sim.Alive(pid, start); return alive })
+	})
+	sawExited := false
+	for step := 1; step <= steps; step++ {
+		pollOnce(t, p)
+		want := map[uint32]bool{}
+		sim.mu.Lock()
+		for _, pr := range sim.state.processes {
+			if pr.report != nil {
+				want[uint32(pr.pid)] = true
+			}
+		}
+		sim.mu.Unlock()
+		got := map[uint32]bool{}
+		for _, pr := range store.Processes() {
+			switch {
+			case pr.Exited && (pr.Connected || want[pr.PID]):
+				t.Fatalf("step %d: pid %d is among the exited processes, connected %v, live %v", step, pr.PID, pr.Connected, want[pr.PID])
+			case pr.Exited:
+				sawExited = true
+			case !pr.Connected:
+				t.Fatalf("step %d: live pid %d is not connected", step, pr.PID)
+			default:
+				got[pr.PID] = true
+			}
+		}
+		if len(got) != len(want) {
+			t.Fatalf("step %d: the store holds %d live processes, the node runs %d that report", step, len(got), len(want))
+		}
+		for pid := range want {
+			if !got[pid] {
+				t.Fatalf("step %d: reporting pid %d is not in the store", step, pid)
+			}
+		}
+	}
+	if !sawExited {
+		t.Errorf("no exited process lingered in %d steps", steps)
+	}
+}
+
+// Each process reports under a start time (never 0) and a uid of its own;
+// the load scenario's processes under their slot's.
+func TestEachProcessReportsUnderAUidOfItsOwn(t *testing.T) {
+	for _, tc := range []struct {
+		scenario string
+		perUID   func(id allocstats.Identity) uint32
+	}{
+		{Load, func(id allocstats.Identity) uint32 { return (id.PID - pidBase) / 100 }}, // the slot
+		{scenario.Mix, func(id allocstats.Identity) uint32 { return id.PID }},
+	} {
+		t.Run(tc.scenario, func(t *testing.T) {
+			seq := &sequence{}
+			sim := mustNew(t, Config{Scenario: tc.scenario, ProcessesPerGPU: 16, Seed: 1, Open: seq.open, Now: clock(5 * time.Second)})
+			for i := 0; i < 200; i++ {
+				sim.Step()
+			}
+			owner, uid := map[uint32]uint32{}, map[uint32]uint32{}
+			for _, e := range seq.events {
+				if e.id.StartTime == 0 {
+					t.Fatalf("pid %d reports without a start time", e.id.PID)
+				}
+				key := tc.perUID(e.id)
+				if o, ok := owner[e.id.UID]; ok && o != key {
+					t.Fatalf("uid %d reports for two owners, %d and %d", e.id.UID, o, key)
+				}
+				if u, ok := uid[key]; ok && u != e.id.UID {
+					t.Fatalf("owner %d reports under two uids, %d and %d", key, u, e.id.UID)
+				}
+				owner[e.id.UID], uid[key] = key, e.id.UID
+			}
+			if len(owner) < 2 {
+				t.Errorf("%d uids in 200 steps", len(owner))
+			}
+		})
 	}
 }

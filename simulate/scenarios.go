@@ -17,6 +17,8 @@ type scenarioScript struct {
 // ticksPerSecond is USER_HZ, the unit of /proc/<pid>/stat's start time.
 const ticksPerSecond = 100
 
+func (s *scenarioScript) maxProcesses() int { return s.node.MaxProcesses() }
+
 func (s *scenarioScript) step(dt time.Duration) state {
 	t := s.node.Advance(dt)
 	var st state
@@ -35,7 +37,7 @@ func (s *scenarioScript) step(dt time.Duration) state {
 	for _, o := range t.OOMs {
 		at := fromScenario(o.AtFailure)
 		st.ooms = append(st.ooms, oomEvent{
-			pid: at.pid, gpu: o.GPU, start: at.start,
+			pid: at.pid, gpu: o.GPU, start: at.start, uid: at.uid,
 			requested: o.Requested, limit: o.Limit, free: o.Free,
 			report: at.report, ago: t.Elapsed - o.At,
 		})
@@ -55,6 +57,7 @@ func fromScenario(p scenario.Process) process {
 		pid:   pid,
 		gpu:   p.GPU,
 		start: startTicks(p.PID, p.Started),
+		uid:   uidBase + uint32(p.PID),
 		used:  p.Used(),
 		info: workload.Info{
 			PID: uint32(pid), Comm: p.Comm, Namespace: p.Namespace, Pod: p.Pod, Container: p.Container,

@@ -189,6 +189,16 @@ func New(scenario string, seed uint64) (*Node, error) {
 // Scenario is the name the node was created with.
 func (n *Node) Scenario() string { return n.scenario }
 
+// MaxProcesses is the most processes the node runs at once: one per rank
+// of each job.
+func (n *Node) MaxProcesses() int {
+	total := 0
+	for _, j := range n.jobs {
+		total += len(j.spec.gpus)
+	}
+	return total
+}
+
 // Elapsed is the simulated time since the node was created.
 func (n *Node) Elapsed() time.Duration { return n.now }
 
