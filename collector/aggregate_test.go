@@ -19,8 +19,8 @@ func TestAggregatePerPod(t *testing.T) {
 	node := twoGPUNode() // GPU 0: pid 1000 (12 GiB) and 1001 (8 GiB); GPU 1: pid 1100 (6 GiB)
 	p := newPoller(t, node)
 	store := allocstats.NewStore(0)
-	mustFeed(store, 1000, "pytorch", []allocstats.DeviceReport{fullReport(gpuUUID(0), 10*GiB, 7*GiB)}, t0)
-	mustFeed(store, 1001, "pytorch", []allocstats.DeviceReport{fullReport(gpuUUID(0), 4*GiB, 3*GiB)}, t0.Add(1e9))
+	mustReport(store, 1000, "pytorch", []allocstats.DeviceReport{fullReport(gpuUUID(0), 10*GiB, 7*GiB)}, t0)
+	mustReport(store, 1001, "pytorch", []allocstats.DeviceReport{fullReport(gpuUUID(0), 4*GiB, 3*GiB)}, t0.Add(1e9))
 	inPod := func(pid uint32, start uint64) workload.Info {
 		return workload.Info{PID: pid, StartTime: start, Comm: "python3", UID: "1000", Namespace: "ml", Pod: "train-0", Container: "trainer",
 			PodUID: "5e1c7a43-0d7c-4f0e-9a51-6f1d2c3b4a59", ContainerID: "cri-0123abcd"}

@@ -150,7 +150,7 @@ func TestRichestScrapePassesLint(t *testing.T) {
 	node := twoGPUNode()
 	node.SetUsed(1, 0, proc(1100, 6*GiB), proc(1101, 2*GiB))
 	store := trainerStore()
-	mustFeed(store, 2000, "jax", []allocstats.DeviceReport{fullReport(gpuUUID(1), 4*GiB, 3*GiB)}, t0)
+	mustReport(store, 2000, "jax", []allocstats.DeviceReport{fullReport(gpuUUID(1), 4*GiB, 3*GiB)}, t0)
 	reg := newRegistry(t, sources(pollTwoGPUNode(t, node), store, fakeResolver{1000: trainer}))
 	problems, err := testutil.GatherAndLint(reg)
 	if err != nil {

@@ -47,8 +47,8 @@ func pollTwoGPUNode(t *testing.T, node *mockNode) *nvmlpoll.Poller {
 // field: 10 GiB reserved, 7 GiB active, and an OOM a minute before t0.
 func trainerStore() *allocstats.Store {
 	store := allocstats.NewStore(0)
-	mustFeedOOM(store, 1000, gpuUUID(0), 916*MiB, t0.Add(-60e9))
-	mustFeed(store, 1000, "pytorch", []allocstats.DeviceReport{fullReport(gpuUUID(0), 10*GiB, 7*GiB)}, t0)
+	mustReportOOM(store, 1000, gpuUUID(0), 916*MiB, t0.Add(-60e9))
+	mustReport(store, 1000, "pytorch", []allocstats.DeviceReport{fullReport(gpuUUID(0), 10*GiB, 7*GiB)}, t0)
 	return store
 }
 
@@ -114,7 +114,7 @@ func TestGoldenScrapes(t *testing.T) {
 			name: "allocator_only",
 			setup: func(t *testing.T) (Sources, []string) {
 				store := allocstats.NewStore(0)
-				mustFeed(store, 2000, "jax", []allocstats.DeviceReport{fullReport(gpuUUID(1), 4*GiB, 3*GiB)}, t0)
+				mustReport(store, 2000, "jax", []allocstats.DeviceReport{fullReport(gpuUUID(1), 4*GiB, 3*GiB)}, t0)
 				return sources(newPoller(t, twoGPUNode()), store, fakeResolver{2000: {Comm: "python3"}}), nil
 			},
 			check: func(t *testing.T, s []sample) {
@@ -139,7 +139,7 @@ func TestGoldenScrapes(t *testing.T) {
 				node := twoGPUNode()
 				enableMIG(node, 0)
 				store := allocstats.NewStore(0)
-				mustFeed(store, 7000, "pytorch", []allocstats.DeviceReport{{UUID: migUUID(0, 0), Reserved: 2 * GiB, Active: allocstats.Some(1 * GiB)}}, t0)
+				mustReport(store, 7000, "pytorch", []allocstats.DeviceReport{{UUID: migUUID(0, 0), Reserved: 2 * GiB, Active: allocstats.Some(1 * GiB)}}, t0)
 				return sources(newPoller(t, node), store, nil), nil
 			},
 			check: func(t *testing.T, s []sample) {

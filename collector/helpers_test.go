@@ -22,6 +22,7 @@ import (
 	"github.com/gpumem/gpumem_exporter/allocstats"
 	"github.com/gpumem/gpumem_exporter/attribution"
 	"github.com/gpumem/gpumem_exporter/internal/mocknode"
+	"github.com/gpumem/gpumem_exporter/internal/storetest"
 	"github.com/gpumem/gpumem_exporter/nvmlpoll"
 	"github.com/gpumem/gpumem_exporter/workload"
 )
@@ -334,17 +335,17 @@ func one(t testing.TB, samples []sample, name string, match ...string) float64 {
 	return got[0].value
 }
 
-// mustFeed hands the store a stats message of pid (start time 1) as a
+// mustReport hands the store a stats message of pid (start time 1) as a
 // client would send it.
-func mustFeed(store *allocstats.Store, pid uint32, framework string, reports []allocstats.DeviceReport, now time.Time) {
-	if err := store.Feed(allocstats.Identity{PID: pid, StartTime: 1}, framework, reports, now); err != nil {
+func mustReport(store *allocstats.Store, pid uint32, framework string, reports []allocstats.DeviceReport, now time.Time) {
+	if err := storetest.Report(store, allocstats.Identity{PID: pid, StartTime: 1}, framework, reports, now); err != nil {
 		panic(err)
 	}
 }
 
-// mustFeedOOM hands the store an oom message of pid.
-func mustFeedOOM(store *allocstats.Store, pid uint32, uuid string, requested uint64, now time.Time) {
-	if _, err := store.FeedOOM(allocstats.Identity{PID: pid, StartTime: 1}, allocstats.OOMMessage{UUID: uuid, RequestedBytes: requested}, now); err != nil {
+// mustReportOOM hands the store an oom message of pid.
+func mustReportOOM(store *allocstats.Store, pid uint32, uuid string, requested uint64, now time.Time) {
+	if _, err := storetest.OOM(store, allocstats.Identity{PID: pid, StartTime: 1}, allocstats.OOMMessage{UUID: uuid, RequestedBytes: requested}, now); err != nil {
 		panic(err)
 	}
 }

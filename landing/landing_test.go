@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpumem/gpumem_exporter/allocstats"
 	"github.com/gpumem/gpumem_exporter/attribution"
+	"github.com/gpumem/gpumem_exporter/internal/storetest"
 	"github.com/gpumem/gpumem_exporter/nvmlpoll"
 	"github.com/gpumem/gpumem_exporter/oom"
 )
@@ -27,8 +28,8 @@ func join(snap *nvmlpoll.Snapshot, procs []allocstats.Process) attribution.View 
 	return attribution.Sources{NVML: fixedSnapshot{snap}, Allocator: fixedProcs(procs)}.Read()
 }
 
-func mustFeed(store *allocstats.Store, pid uint32, framework string, reports []allocstats.DeviceReport, now time.Time) {
-	if err := store.Feed(allocstats.Identity{PID: pid, StartTime: 1}, framework, reports, now); err != nil {
+func mustReport(store *allocstats.Store, pid uint32, framework string, reports []allocstats.DeviceReport, now time.Time) {
+	if err := storetest.Report(store, allocstats.Identity{PID: pid, StartTime: 1}, framework, reports, now); err != nil {
 		panic(err)
 	}
 }
@@ -146,7 +147,7 @@ func TestServeHTTPRendersTheGPUBars(t *testing.T) {
 	for _, p := range procs {
 		for _, d := range p.Devices {
 			if d.HasStats {
-				mustFeed(store, p.PID, p.Framework, []allocstats.DeviceReport{{UUID: d.UUID, Reserved: d.Reserved, Active: d.Active}}, time.Now())
+				mustReport(store, p.PID, p.Framework, []allocstats.DeviceReport{{UUID: d.UUID, Reserved: d.Reserved, Active: d.Active}}, time.Now())
 			}
 		}
 	}

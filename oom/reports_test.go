@@ -19,6 +19,7 @@ import (
 	"github.com/gpumem/gpumem_exporter/attribution"
 	"github.com/gpumem/gpumem_exporter/diagnosis"
 	"github.com/gpumem/gpumem_exporter/internal/mocknode"
+	"github.com/gpumem/gpumem_exporter/internal/storetest"
 	"github.com/gpumem/gpumem_exporter/nvmlpoll"
 	"github.com/gpumem/gpumem_exporter/workload"
 )
@@ -52,16 +53,16 @@ func sources(snap *nvmlpoll.Snapshot, store *allocstats.Store) attribution.Sourc
 	return src
 }
 
-func feed(t *testing.T, store *allocstats.Store, pid uint32, r allocstats.DeviceReport) {
+func mustReport(t *testing.T, store *allocstats.Store, pid uint32, r allocstats.DeviceReport) {
 	t.Helper()
-	if err := store.Feed(allocstats.Identity{PID: pid, StartTime: 1}, "", []allocstats.DeviceReport{r}, t0); err != nil {
+	if err := storetest.Report(store, allocstats.Identity{PID: pid, StartTime: 1}, "", []allocstats.DeviceReport{r}, t0); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func feedOOM(t *testing.T, store *allocstats.Store, pid uint32, m allocstats.OOMMessage) allocstats.OOMEvent {
+func mustReportOOM(t *testing.T, store *allocstats.Store, pid uint32, m allocstats.OOMMessage) allocstats.OOMEvent {
 	t.Helper()
-	ev, err := store.FeedOOM(allocstats.Identity{PID: pid, StartTime: 1}, m, t0)
+	ev, err := storetest.OOM(store, allocstats.Identity{PID: pid, StartTime: 1}, m, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +88,7 @@ func oomFixture(t *testing.T) (*allocstats.Store, *nvmlpoll.Snapshot) {
 	}}
 	store := allocstats.NewStore(time.Minute)
 	stats := func(pid uint32, uuid string, reserved, active uint64) {
-		feed(t, store, pid, allocstats.DeviceReport{UUID: uuid, Reserved: reserved, Active: allocstats.Some(active)})
+		mustReport(t, store, pid, allocstats.DeviceReport{UUID: uuid, Reserved: reserved, Active: allocstats.Some(active)})
 	}
 	stats(100, testUUID, 3072*mib, 3000*mib)
 	stats(200, testUUID, 5496*mib, 0)
@@ -108,7 +109,7 @@ func TestOOMReportDescribesTheWholeDevice(t *testing.T) {
 	store, snap := oomFixture(t)
 	var logBuf bytes.Buffer
 	reports := New(Config{Capacity: 4, Sources: sources(snap, store), Logger: log.NewLogfmtLogger(&logBuf)})
-	reports.Record(feedOOM(t, store, 100, allocstats.OOMMessage{UUID: testUUID, RequestedBytes: 916 * mib, LimitBytes: allocstats.Some(4096 * mib)}))
+	reports.Record(mustReportOOM(t, store, 100, allocstats.OOMMessage{UUID: testUUID, RequestedBytes: 916 * mib, LimitBytes: allocstats.Some(4096 * mib)}))
 
 	list := reports.List()
 	if len(list) != 1 {
@@ -164,7 +165,7 @@ func TestOOMReportDescribesTheWholeDevice(t *testing.T) {
 func TestOOMReportWithoutNVMLKnowledge(t *testing.T) {
 	store := allocstats.NewStore(time.Minute)
 	reports := New(Config{Capacity: 0, Sources: sources(nil, store), Logger: nil})
-	reports.Record(feedOOM(t, store, 7, allocstats.OOMMessage{UUID: testUUID, RequestedBytes: 5}))
+	reports.Record(mustReportOOM(t, store, 7, allocstats.OOMMessage{UUID: testUUID, RequestedBytes: 5}))
 	got := reports.List()[0]
 	if got.GPU != "" || got.DeviceMemory != nil || got.Totals.UnattributedBytes != nil || len(got.Processes) != 0 {
 		t.Errorf("report without a snapshot and without stats: %+v", got)
@@ -260,9 +261,9 @@ func TestOOMReportRanksByTheLargerOfUsedAndReserved(t *testing.T) {
 		},
 	}}}
 	store := allocstats.NewStore(time.Minute)
-	feed(t, store, 100, allocstats.DeviceReport{UUID: testUUID, Reserved: 3666 * mib, Active: allocstats.Some(3664 * mib)})
+	mustReport(t, store, 100, allocstats.DeviceReport{UUID: testUUID, Reserved: 3666 * mib, Active: allocstats.Some(3664 * mib)})
 	reports := New(Config{Capacity: 1, Sources: sources(snap, store), Logger: log.NewNopLogger()})
-	reports.Record(feedOOM(t, store, 100, allocstats.OOMMessage{UUID: testUUID, RequestedBytes: 916 * mib}))
+	reports.Record(mustReportOOM(t, store, 100, allocstats.OOMMessage{UUID: testUUID, RequestedBytes: 916 * mib}))
 	got := reports.List()[0].Processes
 	if len(got) != 2 || got[0].PID != 100 || got[0].ContextBytes != nil {
 		t.Errorf("processes = %+v; want pid 100 (3666 MiB reserved) first, and no context while NVML's used is older than its reserved", got)
@@ -285,8 +286,8 @@ func TestOOMReportUsesAFreshReadingAndTheLastConsistentContext(t *testing.T) {
 		}}}
 	}
 	store := allocstats.NewStore(time.Minute)
-	feed(t, store, 100, allocstats.DeviceReport{UUID: testUUID, Reserved: 3072 * mib, Active: allocstats.Some(3000 * mib)})
-	feed(t, store, 200, allocstats.DeviceReport{UUID: testUUID, Reserved: 1000 * mib, Active: allocstats.Some(1000 * mib)})
+	mustReport(t, store, 100, allocstats.DeviceReport{UUID: testUUID, Reserved: 3072 * mib, Active: allocstats.Some(3000 * mib)})
+	mustReport(t, store, 200, allocstats.DeviceReport{UUID: testUUID, Reserved: 1000 * mib, Active: allocstats.Some(1000 * mib)})
 	before := device(t0.Add(-time.Second), 3590*mib, 1520*mib)
 	// After the burst: pid 100's allocator holds 3666 MiB, NVML's fresh
 	// reading has not caught up; pid 200's is consistent.
@@ -295,14 +296,14 @@ func TestOOMReportUsesAFreshReadingAndTheLastConsistentContext(t *testing.T) {
 	reports := New(Config{Sources: sources(before, store), Logger: log.NewNopLogger(),
 		Fresh: func(context.Context) (*nvmlpoll.Snapshot, error) { freshCalls++; return fresh, nil }})
 	reports.Observe(before)
-	feed(t, store, 100, allocstats.DeviceReport{UUID: testUUID, Reserved: 3666 * mib, Active: allocstats.Some(3664 * mib)})
+	mustReport(t, store, 100, allocstats.DeviceReport{UUID: testUUID, Reserved: 3666 * mib, Active: allocstats.Some(3664 * mib)})
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { reports.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
 	waitUntil(t, "Run to start", reports.active.Load)
-	reports.Record(feedOOM(t, store, 100, allocstats.OOMMessage{UUID: testUUID, RequestedBytes: 916 * mib}))
+	reports.Record(mustReportOOM(t, store, 100, allocstats.OOMMessage{UUID: testUUID, RequestedBytes: 916 * mib}))
 	waitUntil(t, "the report", func() bool { return len(reports.List()) == 1 })
 
 	rep := reports.List()[0]
@@ -422,11 +423,11 @@ func TestOOMBlameAndInflation(t *testing.T) {
 		Memory: nvmlpoll.Memory{Total: 143771 * mib, Used: 1990 * mib}, Processes: procs,
 	}}}
 	store := allocstats.NewStore(time.Minute)
-	feed(t, store, 666, allocstats.DeviceReport{UUID: testUUID, Reserved: huge, Active: allocstats.Some(huge)})
-	feed(t, store, 99, allocstats.DeviceReport{UUID: testUUID, Reserved: 5 * mib})
+	mustReport(t, store, 666, allocstats.DeviceReport{UUID: testUUID, Reserved: huge, Active: allocstats.Some(huge)})
+	mustReport(t, store, 99, allocstats.DeviceReport{UUID: testUUID, Reserved: 5 * mib})
 	var logBuf bytes.Buffer
 	reports := New(Config{Capacity: 2, Sources: sources(snap, store), Logger: log.NewLogfmtLogger(&logBuf)})
-	reports.Record(feedOOM(t, store, 99, allocstats.OOMMessage{UUID: testUUID, RequestedBytes: 1}))
+	reports.Record(mustReportOOM(t, store, 99, allocstats.OOMMessage{UUID: testUUID, RequestedBytes: 1}))
 	rep := reports.List()[0]
 	if top := rep.Processes[0]; top.PID != 1 {
 		t.Errorf("top holder = pid %d, want pid 1 (the largest NVML lists), not the claim of pid 666", top.PID)
@@ -473,7 +474,7 @@ func TestObserveJoinsOnlyWhenItsInputsChanged(t *testing.T) {
 		}}}
 	}
 	store := &countingStore{Store: allocstats.NewStore(time.Minute)}
-	feed(t, store.Store, 100, allocstats.DeviceReport{UUID: testUUID, Reserved: 1000 * mib})
+	mustReport(t, store.Store, 100, allocstats.DeviceReport{UUID: testUUID, Reserved: 1000 * mib})
 	src := sources(nil, nil)
 	src.Allocator = store
 	reports := New(Config{Sources: src, Logger: log.NewNopLogger()})
@@ -494,7 +495,7 @@ func TestObserveJoinsOnlyWhenItsInputsChanged(t *testing.T) {
 	}
 	step("first poll", snapAt(t0, 1520*mib), 1, 520*mib)
 	step("the same readings a second later", snapAt(t0.Add(time.Second), 1520*mib), 1, 520*mib)
-	feed(t, store.Store, 100, allocstats.DeviceReport{UUID: testUUID, Reserved: 1100 * mib})
+	mustReport(t, store.Store, 100, allocstats.DeviceReport{UUID: testUUID, Reserved: 1100 * mib})
 	step("a stats line since", snapAt(t0.Add(2*time.Second), 1520*mib), 2, 420*mib)
 	step("NVML's used moved", snapAt(t0.Add(3*time.Second), 1630*mib), 3, 530*mib)
 	step("nothing moved", snapAt(t0.Add(4*time.Second), 1630*mib), 3, 530*mib)
@@ -525,8 +526,8 @@ func TestOOMVerdictReachesTheProcessTheCountersAndTheHook(t *testing.T) {
 		OnReport: func(r Report) { hooked = append(hooked, r) }})
 	// At the failure: 3800 MiB reserved under a 4096 MiB limit, 916 MiB
 	// asked for, the GPU nearly empty.
-	feed(t, store, 100, allocstats.DeviceReport{UUID: testUUID, Reserved: 3800 * mib, Active: allocstats.Some(3700 * mib), Limit: allocstats.Some(4096 * mib)})
-	ev := feedOOM(t, store, 100, allocstats.OOMMessage{UUID: testUUID, RequestedBytes: 916 * mib, LimitBytes: allocstats.Some(4096 * mib), FreeBytes: allocstats.Some(130000 * mib)})
+	mustReport(t, store, 100, allocstats.DeviceReport{UUID: testUUID, Reserved: 3800 * mib, Active: allocstats.Some(3700 * mib), Limit: allocstats.Some(4096 * mib)})
+	ev := mustReportOOM(t, store, 100, allocstats.OOMMessage{UUID: testUUID, RequestedBytes: 916 * mib, LimitBytes: allocstats.Some(4096 * mib), FreeBytes: allocstats.Some(130000 * mib)})
 	var answered [][]byte
 	ev.Reply = func(line []byte) { answered = append(answered, line) }
 	ev.Time = time.Now() // the info metric names reports of the last minutes
@@ -576,10 +577,10 @@ func TestOOMVerdictReadsTheTrendObservedBefore(t *testing.T) {
 	// under a 16 GiB limit: a leak.
 	for s := 0; s < 120; s++ {
 		active := uint64(2048+64*s) * mib
-		feed(t, store, 100, allocstats.DeviceReport{UUID: testUUID, Reserved: active + 10*mib, Active: allocstats.Some(active), Limit: allocstats.Some(10240 * mib)})
+		mustReport(t, store, 100, allocstats.DeviceReport{UUID: testUUID, Reserved: active + 10*mib, Active: allocstats.Some(active), Limit: allocstats.Some(10240 * mib)})
 		reports.noteHistory(reports.cfg.Sources.ReadAt(snap), t0.Add(time.Duration(s-120)*time.Second))
 	}
-	ev := feedOOM(t, store, 100, allocstats.OOMMessage{UUID: testUUID, RequestedBytes: 64 * mib, LimitBytes: allocstats.Some(10240 * mib), FreeBytes: allocstats.Some(100000 * mib)})
+	ev := mustReportOOM(t, store, 100, allocstats.OOMMessage{UUID: testUUID, RequestedBytes: 64 * mib, LimitBytes: allocstats.Some(10240 * mib), FreeBytes: allocstats.Some(100000 * mib)})
 	reports.Record(ev)
 	v := reports.List()[0].Verdict
 	if v.Cause != diagnosis.Leak || v.Figures["trend_seconds"] < 100 {
