@@ -1,6 +1,6 @@
 package allocstats
 
-// Which entry a connection's messages go to, and the caps on processes
+// Which entry a session's messages go to, and the caps on processes
 // and devices that a new entry or device must fit.
 
 import (
@@ -11,9 +11,9 @@ import (
 
 // Errors of the store's admission rules.
 var (
-	// errProcessGone: the connection's process entry was removed (pruned,
-	// replaced or dropped), so the connection is closed and its client
-	// reconnects.
+	// errProcessGone: the session's process entry was removed (pruned,
+	// replaced or dropped); the socket server closes the connection, and
+	// its client reconnects.
 	errProcessGone = errors.New("the process's entry was removed from the store")
 	// errIdentityConflict: the live process of the pid is recorded under
 	// another uid; an entry of a live process is never replaced.
@@ -26,8 +26,8 @@ var (
 	errTooManyProcessesForUID = errors.New("too many reporting processes of this uid")
 )
 
-// SetProcessLimits sets how many socket peers may report at once, in all
-// and per uid (<= 0: the default). A process over a limit has its messages
+// SetProcessLimits sets how many processes may report at once, in all and
+// per uid (<= 0: the default), whatever their source. A process over a limit has its messages
 // rejected until another one goes. Call it before the store is used.
 func (s *Store) SetProcessLimits(total, perUID int) {
 	s.mu.Lock()
@@ -41,26 +41,25 @@ func (s *Store) SetProcessLimits(total, perUID int) {
 	s.maxProcesses, s.maxPerUID = total, perUID
 }
 
-// bindLocked returns the entry a connection's first accepted message
-// goes to. The caller has just confirmed that id is the live process of
-// its pid.
+// bindLocked returns the entry a session's first accepted message goes
+// to. The session's source vouches that id is the live process of its pid
+// (the socket server has just checked).
 //
-// A connection binds at its first accepted message: to the entry of the
-// same process if there is one (a reconnect within the TTL keeps its
-// counters), else to a new entry. A new entry replaces an entry of another
-// start time (a dead earlier holder of the pid: id is the live one) or a
-// fed one; it never replaces the entry of the same process under another
-// uid (errIdentityConflict), and it is refused over the process limits.
-// Later messages of the connection go to the entry it bound to (see
-// lockBound).
+// A session binds at its first accepted message: to the entry of the same
+// process if there is one (a reconnect within the TTL keeps its counters),
+// else to a new entry. A new entry replaces an entry of another start time
+// (a dead earlier holder of the pid: id is the live one); it never
+// replaces the entry of the same process under another uid
+// (errIdentityConflict), and it is refused over the process limits. Later
+// messages of the session go to the entry it bound to (see lockBound).
 func (s *Store) bindLocked(id Identity) (*procEntry, error) {
 	e, ok := s.procs[id.PID]
 	switch {
-	case ok && e.sameProcess(id) && !e.fed:
-	case ok && !e.fed && e.startTime == id.StartTime:
+	case ok && e.sameProcess(id):
+	case ok && e.startTime == id.StartTime:
 		return nil, errIdentityConflict
 	default:
-		if ok && !e.fed {
+		if ok {
 			// A dead earlier holder of the pid (id is the live one): it
 			// lingers like any process that exited, under its own identity.
 			s.dropLocked(e)
@@ -68,7 +67,7 @@ func (s *Store) bindLocked(id Identity) (*procEntry, error) {
 			s.lingerLocked(e, time.Now())
 			e = nil
 		}
-		if err := s.admitLocked(id, e); err != nil {
+		if err := s.admitLocked(id); err != nil {
 			return nil, err
 		}
 		e = &procEntry{pid: id.PID, uid: id.UID, startTime: id.StartTime}
@@ -78,11 +77,11 @@ func (s *Store) bindLocked(id Identity) (*procEntry, error) {
 	return e, nil
 }
 
-// lockBound locks the entry a connection bound to, for one of its
-// messages; it fails with errProcessGone, unlocked, when the entry was
-// removed (pruned after its connections closed, replaced or dropped): the
-// connection is then closed and its client reconnects. An exited entry
-// (see procEntry.exited) still takes its connections' messages.
+// lockBound locks the entry a session bound to, for one of its messages;
+// it fails with errProcessGone, unlocked, when the entry was removed
+// (pruned after its sessions closed, replaced or dropped): the socket
+// server then closes the connection and its client reconnects. An exited
+// entry (see procEntry.exited) still takes its sessions' messages.
 func lockBound(e *procEntry) error {
 	e.mu.Lock()
 	if e.removed.Load() {
@@ -92,19 +91,12 @@ func lockBound(e *procEntry) error {
 	return nil
 }
 
-// admitLocked checks the process limits for a new socket entry of id that
-// would replace old (nil if none). Processes that exited and linger count
-// like live ones; over a limit, the oldest lingering process of id's own
-// uid makes room, never another uid's.
-func (s *Store) admitLocked(id Identity, old *procEntry) error {
+// admitLocked checks the process limits for a new entry of id. Processes
+// that exited and linger count like live ones; over a limit, the oldest
+// lingering process of id's own uid makes room, never another uid's.
+func (s *Store) admitLocked(id Identity) error {
 	for {
-		total, mine := s.nSocket+s.nGone, s.perUID[id.UID]+s.gonePerUID[id.UID]
-		if old != nil && !old.fed {
-			total--
-			if old.uid == id.UID {
-				mine--
-			}
-		}
+		total, mine := s.nProcs+s.nGone, s.perUID[id.UID]+s.gonePerUID[id.UID]
 		if total < s.maxProcesses && mine < s.maxPerUID {
 			return nil
 		}
@@ -118,9 +110,9 @@ func (s *Store) admitLocked(id Identity, old *procEntry) error {
 	}
 }
 
-// release is called when a connection bound to e closes. The last
-// connection of an exited process drops its entry: every line the process
-// queued has been read.
+// release is called when a session bound to e closes. The last session of
+// an exited process drops its entry: every line the process queued has
+// been read.
 func (s *Store) release(e *procEntry, now time.Time) {
 	if e == nil {
 		return
@@ -138,10 +130,10 @@ func (s *Store) release(e *procEntry, now time.Time) {
 	}
 }
 
-// checkNewCapLocked is checkCapLocked for a connection not bound yet: on
+// checkNewCapLocked is checkCapLocked for a session not bound yet: on
 // the entry of the same process if there is one (it would bind to it).
 func (s *Store) checkNewCapLocked(id Identity, devices []DeviceReport, maxDevices int) error {
-	if cur, ok := s.procs[id.PID]; ok && cur.sameProcess(id) && !cur.fed {
+	if cur, ok := s.procs[id.PID]; ok && cur.sameProcess(id) {
 		cur.mu.Lock()
 		defer cur.mu.Unlock()
 		return cur.checkCapLocked(devices, maxDevices)

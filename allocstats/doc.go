@@ -35,8 +35,7 @@ const (
 	// that one user cannot take every slot.
 	DefaultMaxConnectionsPerUID = 64
 	// DefaultMaxProcesses and DefaultMaxProcessesPerUID bound the
-	// reporting processes the store keeps (socket peers; fed processes are
-	// bounded by their source).
+	// reporting processes the store keeps.
 	DefaultMaxProcesses       = 1024
 	DefaultMaxProcessesPerUID = 64
 	// DefaultMaxBufferedBytes bounds the memory all connections together

@@ -55,19 +55,19 @@ func TestActiveFloorIsTheLeastOfTheLastTwoMinutes(t *testing.T) {
 func TestStoreExportsTheFloorOfActiveAtTheSampleTime(t *testing.T) {
 	t.Parallel()
 	s := NewStore(time.Minute)
-	id := Identity{PID: 42, StartTime: 7}
+	session := s.Open(Identity{PID: 42, StartTime: 7}, 0)
 	arrival := time.Unix(1_700_000_000, 0)
 	feed := func(sampled time.Time, active uint64) DeviceStats {
 		t.Helper()
 		r := DeviceReport{UUID: testUUID, Reserved: 1 << 30, Active: Some(active), At: sampled}
-		if err := s.Feed(id, "", []DeviceReport{r}, arrival); err != nil {
+		if err := session.Stats([]DeviceReport{r}, arrival); err != nil {
 			t.Fatal(err)
 		}
 		p, _ := s.Process(42)
 		d, _ := p.Device(testUUID)
 		return d
 	}
-	if err := s.Feed(id, "", []DeviceReport{{UUID: testUUID, Reserved: 1 << 30}}, arrival); err != nil {
+	if err := session.Stats([]DeviceReport{{UUID: testUUID, Reserved: 1 << 30}}, arrival); err != nil {
 		t.Fatal(err)
 	}
 	p, _ := s.Process(42)

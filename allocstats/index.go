@@ -22,15 +22,15 @@ func (s *Store) publishLocked(sorted []*procEntry) {
 	s.version.Add(1)
 }
 
-// dropLocked forgets e for good (its connections are closed) but leaves
+// dropLocked forgets e for good (its sessions are refused) but leaves
 // the index to the caller.
 func (s *Store) dropLocked(e *procEntry) {
 	s.unindexLocked(e, &e.removed)
 }
 
-// exitLocked takes e, a process that exited with a connection still open,
-// out of procs and the process counts, but lets its connections feed it
-// until they close; the index is left to the caller.
+// exitLocked takes e, a process that exited with a session still open,
+// out of procs and the process counts, but lets its sessions apply their
+// messages until they close; the index is left to the caller.
 func (s *Store) exitLocked(e *procEntry) {
 	s.unindexLocked(e, &e.exited)
 }
@@ -47,11 +47,9 @@ func (s *Store) unindexLocked(e *procEntry, flag *atomic.Bool) {
 	if s.procs[e.pid] == e {
 		delete(s.procs, e.pid)
 	}
-	if !e.fed {
-		s.nSocket--
-		if s.perUID[e.uid]--; s.perUID[e.uid] <= 0 {
-			delete(s.perUID, e.uid)
-		}
+	s.nProcs--
+	if s.perUID[e.uid]--; s.perUID[e.uid] <= 0 {
+		delete(s.perUID, e.uid)
 	}
 }
 
@@ -73,10 +71,8 @@ func (s *Store) removeSortedLocked(pid uint32) {
 // putLocked inserts e, replacing any entry of the same pid, and publishes
 // the index.
 func (s *Store) putLocked(e *procEntry) {
-	if !e.fed {
-		s.nSocket++
-		s.perUID[e.uid]++
-	}
+	s.nProcs++
+	s.perUID[e.uid]++
 	sorted := s.sorted()
 	i := sortedIndex(sorted, e.pid)
 	if old, ok := s.procs[e.pid]; ok {

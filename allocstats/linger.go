@@ -15,11 +15,10 @@ type goneEntry struct {
 // (Prune found it gone, or Remove): Processes lists it, with Exited set,
 // until the first Prune at least d after it exited, so that a scrape sees
 // the counters it reported last (an OOM raised right before it exited).
-// 0 (the default) drops it at once. An exited socket peer counts against
-// its uid's process caps until its linger ends, and only a new process of
-// the same uid pushes it out early (see admitLocked): no user can push out
-// another's. Exited fed processes are bounded by the process limit, the
-// oldest going first. Call it before the store is used.
+// 0 (the default) drops it at once. An exited process counts against its
+// uid's process caps until its linger ends, and only a new process of the
+// same uid pushes it out early (see admitLocked): no user can push out
+// another's. Call it before the store is used.
 func (s *Store) SetLinger(d time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -36,37 +35,16 @@ func (s *Store) lingerLocked(e *procEntry, now time.Time) {
 		gone = *g
 	}
 	next := make([]goneEntry, 0, len(gone)+1)
-	if e.fed {
-		// Fed processes have no uid caps: keep at most the process limit
-		// of them, dropping the oldest.
-		over := 1 - s.maxProcesses
-		for _, g := range gone {
-			if g.e.fed {
-				over++
-			}
-		}
-		for _, g := range gone {
-			if over > 0 && g.e.fed {
-				over--
-				continue
-			}
-			next = append(next, g)
-		}
-	} else {
-		next = append(next, gone...)
-		s.nGone++
-		s.gonePerUID[e.uid]++
-	}
+	next = append(next, gone...)
+	s.nGone++
+	s.gonePerUID[e.uid]++
 	next = append(next, goneEntry{e, now})
 	s.gone.Store(&next)
 	s.version.Add(1)
 }
 
-// forgetGoneLocked takes the socket peer g out of the lingering counts.
+// forgetGoneLocked takes g out of the lingering counts.
 func (s *Store) forgetGoneLocked(g goneEntry) {
-	if g.e.fed {
-		return
-	}
 	s.nGone--
 	if s.gonePerUID[g.e.uid]--; s.gonePerUID[g.e.uid] <= 0 {
 		delete(s.gonePerUID, g.e.uid)
@@ -82,7 +60,7 @@ func (s *Store) evictGoneLocked(uid uint32) bool {
 	}
 	gone := *g
 	for i, ge := range gone {
-		if ge.e.fed || ge.e.uid != uid {
+		if ge.e.uid != uid {
 			continue
 		}
 		next := make([]goneEntry, 0, len(gone)-1)

@@ -1,6 +1,6 @@
 package allocstats
 
-// Pruning: processes that exited, connections closed past the TTL, and
+// Pruning: processes that exited, sessions closed past the TTL, and
 // devices where NVML does not list the process.
 
 import "time"
@@ -12,10 +12,10 @@ func (s *Store) prunedSince(t time.Time) bool { return s.prunedAt.Load() >= t.Un
 
 // Prune is called once per NVML poll. It drops every process that alive
 // says is gone (alive must answer true when it cannot tell), and
-// every process whose connections have all been closed for at least the
-// TTL. A gone process with a connection still open leaves the index at
+// every process whose sessions have all been closed for at least the
+// TTL. A gone process with a session still open leaves the index at
 // once (it is no longer exported, and its pid is free for a new entry),
-// but its connections may still apply the lines it queued before it
+// but its sessions may still apply the lines it queued before it
 // exited: the entry is dropped when the last of them closes. alive is
 // called without the store's lock held; it may be nil.
 func (s *Store) Prune(now time.Time, alive func(pid uint32, startTime uint64) bool) {
@@ -80,8 +80,8 @@ func (s *Store) Remove(pid uint32) {
 
 // DropUnlisted is called once per NVML poll. listed says whether NVML lists
 // the process pid on the device uuid (it must answer true when it cannot
-// tell, and must not call the store). The state of a socket peer on a
-// device where NVML does not list it is kept for grace, then dropped: a
+// tell, and must not call the store). The state of a process on a device
+// where NVML does not list it is kept for grace, then dropped: a
 // process reports only devices it uses, and NVML lists a process on every
 // device where it holds a context, so a report NVML never confirms is
 // either a process NVML cannot see or a made-up device, and neither may
@@ -89,9 +89,6 @@ func (s *Store) Remove(pid uint32) {
 // name the device again). Like Processes, it locks one entry at a time.
 func (s *Store) DropUnlisted(now time.Time, grace time.Duration, listed func(pid uint32, uuid string) bool) {
 	for _, e := range s.sorted() {
-		if e.fed {
-			continue
-		}
 		e.mu.Lock()
 		kept := e.devices[:0]
 		for _, d := range e.devices {

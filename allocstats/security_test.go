@@ -299,11 +299,9 @@ func TestProcessLimits(t *testing.T) {
 			t.Errorf("step %d, %+v: err = %v, want %v", i, tc.id, err, tc.want)
 		}
 	}
-	// Fed processes (the simulated node) count against neither limit.
-	for pid := uint32(100); pid < 110; pid++ {
-		if err := s.Feed(Identity{PID: pid, StartTime: 1}, "", []DeviceReport{{UUID: testUUID, Reserved: 1}}, t0); err != nil {
-			t.Fatalf("feeding pid %d: %v", pid, err)
-		}
+	// Every session counts, whatever its source (the simulated node's too).
+	if err := s.Open(Identity{PID: 100, UID: 3, StartTime: 1}, 0).Stats([]DeviceReport{{UUID: testUUID, Reserved: 1}}, t0); !errors.Is(err, errTooManyProcesses) {
+		t.Errorf("a session over the limit: err = %v, want %v", err, errTooManyProcesses)
 	}
 	s.Remove(1)
 	if _, err := s.stats(nil, Identity{PID: 5, UID: 3, StartTime: 1}, []DeviceReport{{UUID: testUUID, Reserved: 1}}, t0, DefaultMaxDevices); err != nil {
@@ -415,9 +413,7 @@ func TestDropUnlistedKeepsStateForTheGraceOnly(t *testing.T) {
 	listed := func(pid uint32, uuid string) bool { return pid != 1 || listedHere[uuid] }
 	mustStats(t, s, nil, Identity{PID: 1, UID: 1, StartTime: 1}, t0,
 		DeviceReport{UUID: testUUID, Reserved: 1}, DeviceReport{UUID: testUUID2, Reserved: 2})
-	if err := s.Feed(Identity{PID: 2, StartTime: 1}, "", []DeviceReport{{UUID: testUUID2, Reserved: 1}}, t0); err != nil {
-		t.Fatal(err)
-	}
+	mustStats(t, s, nil, Identity{PID: 2, UID: 1, StartTime: 1}, t0, DeviceReport{UUID: testUUID2, Reserved: 1})
 	s.DropUnlisted(t0, 30*time.Second, listed)
 	s.DropUnlisted(t0.Add(29*time.Second), 30*time.Second, listed)
 	if p := mustProcess(t, s, 1); len(p.Devices) != 2 {
@@ -429,7 +425,7 @@ func TestDropUnlistedKeepsStateForTheGraceOnly(t *testing.T) {
 		t.Errorf("after the grace devices = %+v, want only the listed %s", p.Devices, testUUID)
 	}
 	if len(mustProcess(t, s, 2).Devices) != 1 {
-		t.Error("a fed process's device was dropped")
+		t.Error("a listed process's device was dropped")
 	}
 	if s.nDevices.Load() != 2 {
 		t.Errorf("device count = %d, want 2", s.nDevices.Load())

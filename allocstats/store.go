@@ -49,13 +49,13 @@ func (d DeviceStats) Inactive() uint64 {
 type Process struct {
 	PID       uint32
 	UID       uint32
-	StartTime uint64 // clock ticks since boot (/proc/<pid>/stat field 22); 0 if unknown
+	StartTime uint64 // clock ticks since boot (/proc/<pid>/stat field 22)
 	// Framework, FrameworkVersion and Client come from hello, sanitised:
 	// printable ASCII, at most 64 characters.
 	Framework        string
 	FrameworkVersion string
 	Client           string
-	Connected        bool // at least one connection of the process is open
+	Connected        bool // at least one session of the process is open
 	// Exited says the process exited: it is kept for the linger (see
 	// Store.SetLinger) so that its final counters are exported; its
 	// memory fields describe memory it no longer holds.
@@ -73,17 +73,18 @@ func (p *Process) Device(uuid string) (DeviceStats, bool) {
 }
 
 // Store keeps the latest allocator state per process and device. It is safe
-// for concurrent use. Its size is bounded: at most maxProcesses processes
-// that report over the socket, running or lingering after their exit
-// (maxPerUID of one uid), each with at most
-// the devices-per-process cap; fed processes are bounded by their source.
+// for concurrent use. Processes report to it through sessions (Open), one
+// per client: a connection of the socket, a simulated process. Its size is
+// bounded: at most maxProcesses processes, running or lingering after their
+// exit (maxPerUID of one uid), each with at most the devices-per-process
+// cap of its sessions.
 //
 // Locking: readers (Processes, Process, PIDs, DropUnlisted) never take the
 // store's lock: they read the index, a sorted slice that is replaced, never
 // changed, behind an atomic pointer, and lock each entry only while they
-// copy it. A connection's messages lock only its own process's entry; the
-// store's lock (mu) is taken to change the index: a connection's first
-// message, a new process, Prune, Remove, a connection's close. Lock order:
+// copy it. A session's messages lock only its own process's entry; the
+// store's lock (mu) is taken to change the index: a session's first
+// message, a new process, Prune, Remove, a session's close. Lock order:
 // mu before an entry's mu.
 type Store struct {
 	ttl          time.Duration
@@ -97,11 +98,11 @@ type Store struct {
 	index atomic.Pointer[[]*procEntry]
 	// nDevices is the number of device entries over the indexed processes.
 	nDevices atomic.Int64
-	// nSocket and perUID count the entries of socket peers (not fed).
-	nSocket int
-	perUID  map[uint32]int
-	// nGone and gonePerUID count the socket peers' entries in gone: a
-	// lingering process counts against its uid's caps like a live one.
+	// nProcs and perUID count the entries in procs.
+	nProcs int
+	perUID map[uint32]int
+	// nGone and gonePerUID count the entries in gone: a lingering
+	// process counts against its uid's caps like a live one.
 	nGone      int
 	gonePerUID map[uint32]int
 
@@ -125,7 +126,7 @@ type Store struct {
 // dropped or moved to the exited ones, a hello, a stats or oom line
 // applied, a device dropped. Two equal values mean that Processes returned
 // the same processes with the same figures in between (Connected aside:
-// opening and closing connections does not count). It is raised after
+// opening and closing sessions does not count). It is raised after
 // the change is made, so a reader that reads Version and then Processes
 // sees at least that version's state.
 func (s *Store) Version() uint64 { return s.version.Load() }
@@ -134,23 +135,20 @@ type procEntry struct {
 	// Set at creation, never changed.
 	pid, uid  uint32
 	startTime uint64
-	// fed: the entry comes from Feed (a trusted source without a
-	// connection), not from a socket peer.
-	fed bool
 
 	// Changed under the store's mu.
 	disconnectedAt time.Time // when conns last fell to 0
-	// conns is the number of open connections bound to the entry; changed
+	// conns is the number of open sessions bound to the entry; changed
 	// under the store's mu, read without it.
 	conns atomic.Int32
 	// removed is set under both the store's and the entry's mu; the server
 	// reads it without either, to close the connections of removed
 	// entries. A removed entry takes no message.
 	removed atomic.Bool
-	// exited: Prune found the process gone while a connection of it was
+	// exited: Prune found the process gone while a session of it was
 	// still open. The entry is out of the index (no reader sees it, and a
 	// new process with the same pid gets an entry of its own), but its
-	// connections still apply the lines the process queued before it
+	// sessions still apply the lines the process queued before it
 	// exited; the last one to close drops it (release). Set under both
 	// the store's and the entry's mu.
 	exited atomic.Bool
@@ -174,9 +172,9 @@ type deviceEntry struct {
 }
 
 // NewStore returns an empty store with the default process limits. A
-// process whose connections are all closed is removed by the first Prune
-// at least ttl after the last one closed (ttl <= 0: the first Prune after
-// it closed).
+// process whose sessions are all closed is removed by the first Prune at
+// least ttl after the last one closed (ttl <= 0: the first Prune after it
+// closed).
 func NewStore(ttl time.Duration) *Store {
 	return &Store{
 		ttl:          ttl,
@@ -272,24 +270,17 @@ func (s *Store) PIDs() []uint32 {
 	return pids
 }
 
-// Identity is who sent a message: the pid and uid the kernel gives for a
-// connection's peer, and the process's start time (clock ticks since boot,
-// /proc/<pid>/stat field 22). A socket peer's start time is always known;
-// only a fed identity may leave it 0 (unknown).
+// Identity is who sent a message: the pid and uid of the process (for a
+// connection of the socket, what the kernel gives for its peer), and its
+// start time (clock ticks since boot, /proc/<pid>/stat field 22), which
+// tells two processes of one pid apart.
 type Identity struct {
 	PID, UID  uint32
 	StartTime uint64
 }
 
 // sameProcess reports whether the entry describes the process id: the
-// same pid, start time and uid. A fed entry's unknown start time (0)
-// matches any.
+// same pid, start time and uid.
 func (e *procEntry) sameProcess(id Identity) bool {
-	if e.pid != id.PID {
-		return false
-	}
-	if e.fed {
-		return e.startTime == id.StartTime || e.startTime == 0 || id.StartTime == 0
-	}
-	return e.startTime == id.StartTime && e.uid == id.UID
+	return e.pid == id.PID && e.startTime == id.StartTime && e.uid == id.UID
 }

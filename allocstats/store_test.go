@@ -19,6 +19,22 @@ func mustStats(t *testing.T, s *Store, bound *procEntry, id Identity, now time.T
 	return e
 }
 
+// mustReport is a client that opens a session, says hello (unless
+// framework is empty), sends one stats message at now and closes.
+func mustReport(t *testing.T, s *Store, id Identity, framework string, now time.Time, reports ...DeviceReport) {
+	t.Helper()
+	session := s.Open(id, 0)
+	defer session.Close(now)
+	if framework != "" {
+		if err := session.Hello(Hello{Framework: framework}); err != nil {
+			t.Fatalf("hello of pid %d: %v", id.PID, err)
+		}
+	}
+	if err := session.Stats(reports, now); err != nil {
+		t.Fatalf("stats of pid %d: %v", id.PID, err)
+	}
+}
+
 func mustProcess(t *testing.T, s *Store, pid uint32) Process {
 	t.Helper()
 	p, ok := s.Process(pid)
@@ -162,9 +178,7 @@ func TestPruneDropsDeadAndExpiredProcessesOnly(t *testing.T) {
 	live := mustStats(t, s, nil, Identity{PID: 1, StartTime: 1}, t0, DeviceReport{UUID: testUUID, Reserved: 1})
 	dead := mustStats(t, s, nil, Identity{PID: 2, StartTime: 2}, t0, DeviceReport{UUID: testUUID, Reserved: 1})
 	gone := mustStats(t, s, nil, Identity{PID: 3, StartTime: 3}, t0, DeviceReport{UUID: testUUID, Reserved: 1})
-	if err := s.Feed(Identity{PID: 4, StartTime: 4}, "pytorch", []DeviceReport{{UUID: testUUID, Reserved: 1}}, t0); err != nil {
-		t.Fatal(err)
-	}
+	mustReport(t, s, Identity{PID: 4, StartTime: 4}, "pytorch", t0, DeviceReport{UUID: testUUID, Reserved: 1})
 	_ = live
 	_ = dead
 	s.release(gone, t0)
@@ -174,12 +188,10 @@ func TestPruneDropsDeadAndExpiredProcessesOnly(t *testing.T) {
 	if got := s.PIDs(); !equalPIDs(got, []uint32{1, 3, 4}) {
 		t.Errorf("after Prune within the TTL pids are %v, want [1 3 4] (2 is dead)", got)
 	}
-	if err := s.Feed(Identity{PID: 4, StartTime: 4}, "pytorch", []DeviceReport{{UUID: testUUID, Reserved: 1}}, t0.Add(30*time.Second)); err != nil {
-		t.Fatal(err)
-	}
+	mustReport(t, s, Identity{PID: 4, StartTime: 4}, "pytorch", t0.Add(30*time.Second), DeviceReport{UUID: testUUID, Reserved: 1})
 	s.Prune(t0.Add(time.Minute), alive)
 	if got := s.PIDs(); !equalPIDs(got, []uint32{1, 4}) {
-		t.Errorf("after Prune at the TTL pids are %v, want [1 4] (3 disconnected a TTL ago; 4 was fed since)", got)
+		t.Errorf("after Prune at the TTL pids are %v, want [1 4] (3 disconnected a TTL ago; 4 reported again since)", got)
 	}
 	// 2 exited with its connection open: hidden, dropped when it closes.
 	s.release(dead, t0)
@@ -250,35 +262,64 @@ func TestProcessesIsADeepCopySortedByPIDAndUUID(t *testing.T) {
 	}
 }
 
-func TestFedProcessesLiveForTheTTLAfterTheirLastFeed(t *testing.T) {
+// A session applies its client's messages to the client's process, which
+// stays while the session is open and for the TTL after it closes; a
+// session of a new holder of the pid replaces the old holder's entry.
+func TestASessionKeepsItsProcessWhileOpenThenForTheTTL(t *testing.T) {
 	s := NewStore(time.Minute)
-	id := Identity{PID: 50, StartTime: 9}
-	if err := s.Feed(id, "pytorch", []DeviceReport{{UUID: testUUID, Reserved: 10, OOMs: Some(2)}}, t0); err != nil {
+	id := Identity{PID: 50, UID: 1000, StartTime: 9}
+	session := s.Open(id, 1)
+	if err := session.Hello(Hello{Framework: "pytorch\n", Client: "gpumem/1"}); err != nil {
 		t.Fatal(err)
 	}
-	ev, err := s.FeedOOM(id, OOMMessage{UUID: testUUID, RequestedBytes: 916}, t0.Add(time.Second))
-	if err != nil || ev.PID != 50 || ev.UUID != testUUID || ev.Requested != 916 || ev.StartTime != 9 {
-		t.Errorf("FeedOOM = %+v, %v; want an event for pid 50 on %s", ev, err, testUUID)
+	if err := session.Stats([]DeviceReport{{UUID: testUUID, Reserved: 10, OOMs: Some(2)}}, t0); err != nil {
+		t.Fatal(err)
+	}
+	if err := session.Stats([]DeviceReport{{UUID: testUUID2, Reserved: 1}}, t0); err == nil {
+		t.Error("a second device was accepted by a session opened for one")
+	}
+	ev, err := session.OOM(OOMMessage{UUID: testUUID, RequestedBytes: 916}, t0.Add(time.Second), nil)
+	if err != nil || ev.PID != 50 || ev.UID != 1000 || ev.UUID != testUUID || ev.Requested != 916 || ev.StartTime != 9 || ev.Stats.Reserved != 10 {
+		t.Errorf("OOM = %+v, %v; want an event for pid 50 on %s, with its stats", ev, err, testUUID)
 	}
 	p := mustProcess(t, s, 50)
 	d := mustDevice(t, p, testUUID)
-	if p.Framework != "pytorch" || p.StartTime != 9 || p.Connected || d.Reserved != 10 || d.OOMs != Some(2) || d.LastOOMRequest != Some(916) {
-		t.Errorf("fed process %+v device %+v", p, d)
+	if p.Framework != "pytorch?" || p.Client != "gpumem/1" || p.UID != 1000 || p.StartTime != 9 || !p.Connected ||
+		len(p.Devices) != 1 || d.Reserved != 10 || d.OOMs != Some(2) || d.LastOOMRequest != Some(916) {
+		t.Errorf("process of the session %+v device %+v", p, d)
 	}
 	alive := func(uint32, uint64) bool { return true }
-	s.Prune(t0.Add(time.Second+59*time.Second), alive)
+	s.Prune(t0.Add(time.Hour), alive)
 	mustProcess(t, s, 50)
-	s.Prune(t0.Add(time.Second+time.Minute), alive)
+	session.Close(t0.Add(time.Hour))
+	session.Close(t0.Add(2 * time.Hour)) // a second Close changes nothing
+	if p := mustProcess(t, s, 50); p.Connected {
+		t.Error("the process is connected after its only session closed")
+	}
+	if err := session.Stats([]DeviceReport{{UUID: testUUID, Reserved: 1}}, t0); err == nil {
+		t.Error("a closed session took a message")
+	}
+	s.Prune(t0.Add(time.Hour+59*time.Second), alive)
+	mustProcess(t, s, 50)
+	s.Prune(t0.Add(time.Hour+time.Minute), alive)
 	if _, ok := s.Process(50); ok {
-		t.Error("a fed process outlived the TTL after its last feed")
+		t.Error("a process outlived the TTL after its session closed")
 	}
 
-	// A feed of another process with the same pid replaces the entry.
-	_ = s.Feed(id, "", []DeviceReport{{UUID: testUUID, Reserved: 10}}, t0)
-	_ = s.Feed(Identity{PID: 50, StartTime: 10}, "", []DeviceReport{{UUID: testUUID2, Reserved: 1}}, t0)
+	// A session of another process with the same pid replaces the entry.
+	old := s.Open(id, 0)
+	if err := old.Stats([]DeviceReport{{UUID: testUUID, Reserved: 10}}, t0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Open(Identity{PID: 50, UID: 1000, StartTime: 10}, 0).Stats([]DeviceReport{{UUID: testUUID2, Reserved: 1}}, t0); err != nil {
+		t.Fatal(err)
+	}
 	p = mustProcess(t, s, 50)
 	if p.StartTime != 10 || len(p.Devices) != 1 || p.Devices[0].UUID != testUUID2 {
-		t.Errorf("after a feed from a new holder of the pid: %+v", p)
+		t.Errorf("after stats from a new holder of the pid: %+v", p)
+	}
+	if err := old.Stats([]DeviceReport{{UUID: testUUID, Reserved: 1}}, t0); err != errProcessGone {
+		t.Errorf("the old holder's session took a message after its entry was replaced: err = %v", err)
 	}
 }
 
@@ -440,11 +481,14 @@ func TestVersionMovesWithWhatProcessesReturns(t *testing.T) {
 	step("a device unlisted for the grace", true, func() {
 		s.DropUnlisted(t0.Add(time.Minute), time.Minute, func(uint32, string) bool { return false })
 	})
-	step("a fed process", true, func() {
-		if err := s.Feed(Identity{PID: 2, StartTime: 2}, "jax", []DeviceReport{{UUID: testUUID, Reserved: 1}}, t0); err != nil {
+	var session *Session
+	step("a session opens", false, func() { session = s.Open(Identity{PID: 2, StartTime: 2}, 0) })
+	step("its first stats", true, func() {
+		if err := session.Stats([]DeviceReport{{UUID: testUUID, Reserved: 1}}, t0); err != nil {
 			t.Fatal(err)
 		}
 	})
+	step("it closes", false, func() { session.Close(t0) })
 	step("a process exits", true, func() { s.Prune(t0.Add(2*time.Second), func(pid uint32, _ uint64) bool { return pid != 2 }) })
 	step("its linger passes", true, func() { s.Prune(t0.Add(2*time.Minute), func(pid uint32, _ uint64) bool { return pid != 2 }) })
 }
