@@ -5,15 +5,17 @@
 //
 // The wire protocol is specified in docs/protocol.md: one JSON object per
 // line, identity taken from SO_PEERCRED, never from the message. The data
-// flow is socket -> Server -> Store -> collector; the collector reads the
-// Store with Processes, which returns a deep copy. Ingest never makes a
+// flow is socket -> Server -> Session -> Store -> collector: the Server
+// opens a Session per connection, the store's one input, which the
+// simulated node's processes use too; the collector reads the Store with
+// Processes, which returns a deep copy. Ingest never makes a
 // reader wait: readers take a copy-on-write index of the processes and
 // lock one process at a time, and a connection's messages lock only its
 // own process (see Store).
 //
-// The lines are decoded by package wire. DeviceReport, OOMMessage and
-// Optional here are its types, for the packages that hand reports to the
-// store.
+// The lines are decoded by package wire. Hello, DeviceReport, OOMMessage
+// and Optional here are its types, for the packages that hand reports to
+// a Session.
 package allocstats
 
 import "time"

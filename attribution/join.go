@@ -154,7 +154,7 @@ func Join(snap *nvmlpoll.Snapshot, procs []allocstats.Process, lookup Lookup) []
 	sameProcess := func(a, b uint64) bool { return a == 0 || b == 0 || a == b }
 	for i := range exited {
 		if a, ok := allocs[exited[i].key]; ok && sameProcess(a.start, exited[i].start) {
-			exited[i].used = true // the same process runs again (a fed one): it wins
+			exited[i].used = true // the same process reports again: it wins
 		}
 	}
 	infos := make(map[uint32]workload.Info, max(listed, len(procs)))
