@@ -27,6 +27,8 @@ func TestPackagesFollowTheDataFlow(t *testing.T) {
 		"attribution": 3,
 		"collector":   4, "oom": 4, "landing": 5,
 		"workload/podevents": 5, // an output (Events on pods), beside the pod watch's client
+		// The store's clients, for the tests of the packages that read it.
+		"allocstats/allocstatstest": 2,
 	}
 	sources := map[string]bool{"nvmlpoll": true, "allocstats": true, "workload": true, "workload/pods": true}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {

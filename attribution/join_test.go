@@ -14,9 +14,9 @@ import (
 	"github.com/go-kit/log"
 
 	"github.com/gpumem/gpumem_exporter/allocstats"
+	"github.com/gpumem/gpumem_exporter/allocstats/allocstatstest"
 	"github.com/gpumem/gpumem_exporter/internal/mocknode"
 	"github.com/gpumem/gpumem_exporter/internal/procfixture"
-	"github.com/gpumem/gpumem_exporter/internal/storetest"
 	"github.com/gpumem/gpumem_exporter/nvmlpoll"
 	"github.com/gpumem/gpumem_exporter/workload"
 )
@@ -271,7 +271,7 @@ func TestSettleLabelsHoldsBackUnresolvedProcesses(t *testing.T) {
 	// pid 10 is resolved; 20 (listed by NVML) and 30 (a new reporting
 	// process) are not yet.
 	store := allocstats.NewStore(time.Minute)
-	if err := storetest.Report(store, allocstats.Identity{PID: 30, StartTime: 1}, "pytorch", []allocstats.DeviceReport{{UUID: g0, Reserved: GiB}}, time.Now()); err != nil {
+	if err := allocstatstest.Report(store, allocstats.Identity{PID: 30, StartTime: 1}, "pytorch", []allocstats.DeviceReport{{UUID: g0, Reserved: GiB}}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	cache := fakeResolver{10: {StartTime: 1, Comm: "python3"}}

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/gpumem/gpumem_exporter/allocstats"
-	"github.com/gpumem/gpumem_exporter/internal/storetest"
+	"github.com/gpumem/gpumem_exporter/allocstats/allocstatstest"
 	"github.com/gpumem/gpumem_exporter/nvmlpoll"
 	"github.com/gpumem/gpumem_exporter/workload"
 )
@@ -25,7 +25,7 @@ func TestExitedProcessLingersWithItsCountersAndLabels(t *testing.T) {
 		t.Helper()
 		r := allocstats.DeviceReport{UUID: g0, Reserved: 8 * GiB, Active: allocstats.Some(6 * GiB),
 			PeakActive: allocstats.Some(7 * GiB), OOMs: allocstats.Some(ooms), AllocRetries: allocstats.Some(ooms)}
-		if err := storetest.Report(store, id, "pytorch", []allocstats.DeviceReport{r}, now); err != nil {
+		if err := allocstatstest.Report(store, id, "pytorch", []allocstats.DeviceReport{r}, now); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -47,7 +47,7 @@ func TestExitedProcessLingersWithItsCountersAndLabels(t *testing.T) {
 		t.Fatalf("running process's row = %+v, want its allocator state", running)
 	}
 	report(1) // the OOM, in its last report
-	if _, err := storetest.OOM(store, id, allocstats.OOMMessage{UUID: g0, RequestedBytes: 2 * GiB}, now); err != nil {
+	if _, err := allocstatstest.OOM(store, id, allocstats.OOMMessage{UUID: g0, RequestedBytes: 2 * GiB}, now); err != nil {
 		t.Fatal(err)
 	}
 	// It exits: NVML, the workload cache and /proc forget it at once.
@@ -84,7 +84,7 @@ func TestExitedProcessGoesAtOnceWithoutLinger(t *testing.T) {
 	t.Parallel()
 	store := allocstats.NewStore(time.Hour)
 	id := allocstats.Identity{PID: 30, StartTime: 500}
-	if err := storetest.Report(store, id, "", []allocstats.DeviceReport{{UUID: gpuUUID(0), Reserved: GiB}}, time.Now()); err != nil {
+	if err := allocstatstest.Report(store, id, "", []allocstats.DeviceReport{{UUID: gpuUUID(0), Reserved: GiB}}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	store.Remove(30)
@@ -116,7 +116,7 @@ func TestAnExitedProcessNVMLNeverListedLeavesNoRow(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	id := allocstats.Identity{PID: 30, StartTime: 500}
 	r := allocstats.DeviceReport{UUID: gpuUUID(0), Reserved: GiB, OOMs: allocstats.Some(1)}
-	if err := storetest.Report(store, id, "pytorch", []allocstats.DeviceReport{r}, now); err != nil {
+	if err := allocstatstest.Report(store, id, "pytorch", []allocstats.DeviceReport{r}, now); err != nil {
 		t.Fatal(err)
 	}
 	src := Sources{NVML: fixedSnapshot{joinSnapshot()}, Allocator: store, Workload: fakeResolver{30: {StartTime: 500, Comm: "python3"}}, SettleLabels: true, Memory: NewMemory()}
@@ -153,7 +153,7 @@ func TestANewHolderOfThePidNeitherResetsNorTakesOverALingeringRow(t *testing.T) 
 	feed := func(start, ooms uint64) {
 		t.Helper()
 		r := allocstats.DeviceReport{UUID: g0, Reserved: GiB, OOMs: allocstats.Some(ooms)}
-		if err := storetest.Report(store, allocstats.Identity{PID: 30, StartTime: start}, "pytorch", []allocstats.DeviceReport{r}, now); err != nil {
+		if err := allocstatstest.Report(store, allocstats.Identity{PID: 30, StartTime: start}, "pytorch", []allocstats.DeviceReport{r}, now); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -204,7 +204,7 @@ func TestALingeringRowAndANewHolderWithTheSameLabelsShareOneRow(t *testing.T) {
 	feed := func(start, ooms uint64) {
 		t.Helper()
 		r := allocstats.DeviceReport{UUID: gpuUUID(0), Reserved: GiB, OOMs: allocstats.Some(ooms)}
-		if err := storetest.Report(store, allocstats.Identity{PID: 30, StartTime: start}, "", []allocstats.DeviceReport{r}, now); err != nil {
+		if err := allocstatstest.Report(store, allocstats.Identity{PID: 30, StartTime: start}, "", []allocstats.DeviceReport{r}, now); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -233,7 +233,7 @@ func TestTheFirstOfTwoExitedHoldersOfAPidKeepsTheRow(t *testing.T) {
 	for i, start := range []uint64{500, 900} {
 		resolver[30] = workload.Info{StartTime: start, Comm: "python3", UID: fmt.Sprint(start)}
 		r := allocstats.DeviceReport{UUID: gpuUUID(0), Reserved: GiB, OOMs: allocstats.Some(start)}
-		if err := storetest.Report(store, allocstats.Identity{PID: 30, StartTime: start}, "", []allocstats.DeviceReport{r}, now.Add(time.Duration(i)*time.Second)); err != nil {
+		if err := allocstatstest.Report(store, allocstats.Identity{PID: 30, StartTime: start}, "", []allocstats.DeviceReport{r}, now.Add(time.Duration(i)*time.Second)); err != nil {
 			t.Fatal(err)
 		}
 		src.Read()

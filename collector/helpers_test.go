@@ -20,9 +20,9 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/gpumem/gpumem_exporter/allocstats"
+	"github.com/gpumem/gpumem_exporter/allocstats/allocstatstest"
 	"github.com/gpumem/gpumem_exporter/attribution"
 	"github.com/gpumem/gpumem_exporter/internal/mocknode"
-	"github.com/gpumem/gpumem_exporter/internal/storetest"
 	"github.com/gpumem/gpumem_exporter/nvmlpoll"
 	"github.com/gpumem/gpumem_exporter/workload"
 )
@@ -338,14 +338,14 @@ func one(t testing.TB, samples []sample, name string, match ...string) float64 {
 // mustReport hands the store a stats message of pid (start time 1) as a
 // client would send it.
 func mustReport(store *allocstats.Store, pid uint32, framework string, reports []allocstats.DeviceReport, now time.Time) {
-	if err := storetest.Report(store, allocstats.Identity{PID: pid, StartTime: 1}, framework, reports, now); err != nil {
+	if err := allocstatstest.Report(store, allocstats.Identity{PID: pid, StartTime: 1}, framework, reports, now); err != nil {
 		panic(err)
 	}
 }
 
 // mustReportOOM hands the store an oom message of pid.
 func mustReportOOM(store *allocstats.Store, pid uint32, uuid string, requested uint64, now time.Time) {
-	if _, err := storetest.OOM(store, allocstats.Identity{PID: pid, StartTime: 1}, allocstats.OOMMessage{UUID: uuid, RequestedBytes: requested}, now); err != nil {
+	if _, err := allocstatstest.OOM(store, allocstats.Identity{PID: pid, StartTime: 1}, allocstats.OOMMessage{UUID: uuid, RequestedBytes: requested}, now); err != nil {
 		panic(err)
 	}
 }

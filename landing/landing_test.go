@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/gpumem/gpumem_exporter/allocstats"
+	"github.com/gpumem/gpumem_exporter/allocstats/allocstatstest"
 	"github.com/gpumem/gpumem_exporter/attribution"
-	"github.com/gpumem/gpumem_exporter/internal/storetest"
 	"github.com/gpumem/gpumem_exporter/nvmlpoll"
 	"github.com/gpumem/gpumem_exporter/oom"
 )
@@ -29,7 +29,7 @@ func join(snap *nvmlpoll.Snapshot, procs []allocstats.Process) attribution.View 
 }
 
 func mustReport(store *allocstats.Store, pid uint32, framework string, reports []allocstats.DeviceReport, now time.Time) {
-	if err := storetest.Report(store, allocstats.Identity{PID: pid, StartTime: 1}, framework, reports, now); err != nil {
+	if err := allocstatstest.Report(store, allocstats.Identity{PID: pid, StartTime: 1}, framework, reports, now); err != nil {
 		panic(err)
 	}
 }

@@ -16,10 +16,10 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/gpumem/gpumem_exporter/allocstats"
+	"github.com/gpumem/gpumem_exporter/allocstats/allocstatstest"
 	"github.com/gpumem/gpumem_exporter/attribution"
 	"github.com/gpumem/gpumem_exporter/diagnosis"
 	"github.com/gpumem/gpumem_exporter/internal/mocknode"
-	"github.com/gpumem/gpumem_exporter/internal/storetest"
 	"github.com/gpumem/gpumem_exporter/nvmlpoll"
 	"github.com/gpumem/gpumem_exporter/workload"
 )
@@ -55,14 +55,14 @@ func sources(snap *nvmlpoll.Snapshot, store *allocstats.Store) attribution.Sourc
 
 func mustReport(t *testing.T, store *allocstats.Store, pid uint32, r allocstats.DeviceReport) {
 	t.Helper()
-	if err := storetest.Report(store, allocstats.Identity{PID: pid, StartTime: 1}, "", []allocstats.DeviceReport{r}, t0); err != nil {
+	if err := allocstatstest.Report(store, allocstats.Identity{PID: pid, StartTime: 1}, "", []allocstats.DeviceReport{r}, t0); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func mustReportOOM(t *testing.T, store *allocstats.Store, pid uint32, m allocstats.OOMMessage) allocstats.OOMEvent {
 	t.Helper()
-	ev, err := storetest.OOM(store, allocstats.Identity{PID: pid, StartTime: 1}, m, t0)
+	ev, err := allocstatstest.OOM(store, allocstats.Identity{PID: pid, StartTime: 1}, m, t0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,6 @@
-// Package storetest hands an allocstats store what short-lived clients
-// send, for the tests of the packages that read the store.
-package storetest
+// Package allocstatstest hands an allocstats store what short-lived
+// clients send, for the tests of the packages that read the store.
+package allocstatstest
 
 import (
 	"time"
