@@ -823,7 +823,7 @@ func TestAttackAllAtOnceStaysUnderTheMemoryRequest(t *testing.T) {
 		if _, err := fmt.Fprintf(good, `{"v":1,"type":"stats","devices":[{"uuid":%q,"reserved_bytes":%d}]}`+"\n", simulate.UUIDs[2], reserved); err != nil {
 			t.Fatalf("the well-behaved client's connection failed under the attacks: %v", err)
 		}
-		re := fmt.Sprintf(`gpumem_allocator_reserved_bytes\{[^}]*pid="%d"[^}]*uuid="%s"\}`, os.Getpid(), simulate.UUIDs[2])
+		re := fmt.Sprintf(`gpumem_allocator_reserved_bytes\{[^}]*pid="%d"[^}]*uuid="%s"[^}]*\}`, os.Getpid(), simulate.UUIDs[2])
 		seen := exportertest.Within(5*time.Second, func() bool {
 			resp, err := client.Get("http://" + e.Addr + "/metrics")
 			if err != nil {
