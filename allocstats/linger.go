@@ -12,7 +12,7 @@ type goneEntry struct {
 }
 
 // SetLinger sets how long the store keeps a process after it exited
-// (Prune found it gone, or Remove): Processes lists it, with Exited set,
+// (Prune found it gone): Processes lists it, with Exited set,
 // until the first Prune at least d after it exited, so that a scrape sees
 // the counters it reported last (an OOM raised right before it exited).
 // 0 (the default) drops it at once. An exited process counts against its

@@ -66,18 +66,6 @@ func (s *Store) Prune(now time.Time, alive func(pid uint32, startTime uint64) bo
 	}
 }
 
-// Remove drops the process pid, which exited: it is kept for the linger
-// (see SetLinger).
-func (s *Store) Remove(pid uint32) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if e, ok := s.procs[pid]; ok {
-		s.dropLocked(e)
-		s.removeSortedLocked(pid)
-		s.lingerLocked(e, time.Now())
-	}
-}
-
 // DropUnlisted is called once per NVML poll. listed says whether NVML lists
 // the process pid on the device uuid (it must answer true when it cannot
 // tell, and must not call the store). The state of a process on a device

@@ -275,7 +275,7 @@ func TestServerClosesTheConnectionsOfARemovedEntry(t *testing.T) {
 	c := dial(t, ts.path)
 	c.send(statsLine(testUUID, 1, ""))
 	c.hello()
-	ts.store.Remove(5001)
+	exitProcess(ts.store, 5001)
 	c.expectClosed(5 * time.Second) // closed without sending anything: it reconnects
 }
 
@@ -303,9 +303,9 @@ func TestProcessLimits(t *testing.T) {
 	if err := s.Open(Identity{PID: 100, UID: 3, StartTime: 1}, 0).Stats([]DeviceReport{{UUID: testUUID, Reserved: 1}}, t0); !errors.Is(err, errTooManyProcesses) {
 		t.Errorf("a session over the limit: err = %v, want %v", err, errTooManyProcesses)
 	}
-	s.Remove(1)
+	exitProcess(s, 1)
 	if _, err := s.stats(nil, Identity{PID: 5, UID: 3, StartTime: 1}, []DeviceReport{{UUID: testUUID, Reserved: 1}}, t0, DefaultMaxDevices); err != nil {
-		t.Errorf("a slot freed by Remove was not reusable: %v", err)
+		t.Errorf("a slot freed by an exit was not reusable: %v", err)
 	}
 }
 

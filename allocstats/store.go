@@ -84,7 +84,7 @@ func (p *Process) Device(uuid string) (DeviceStats, bool) {
 // changed, behind an atomic pointer, and lock each entry only while they
 // copy it. A session's messages lock only its own process's entry; the
 // store's lock (mu) is taken to change the index: a session's first
-// message, a new process, Prune, Remove, a session's close. Lock order:
+// message, a new process, Prune, a session's close. Lock order:
 // mu before an entry's mu.
 type Store struct {
 	ttl          time.Duration

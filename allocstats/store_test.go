@@ -198,9 +198,9 @@ func TestPruneDropsDeadAndExpiredProcessesOnly(t *testing.T) {
 	if _, err := s.stats(dead, Identity{PID: 2, StartTime: 2}, []DeviceReport{{UUID: testUUID, Reserved: 1}}, t0, DefaultMaxDevices); err != errProcessGone {
 		t.Errorf("a pruned process's closed connection could still write: err = %v", err)
 	}
-	s.Remove(4)
+	exitProcess(s, 4)
 	if got := s.PIDs(); !equalPIDs(got, []uint32{1}) {
-		t.Errorf("after Remove(4) pids are %v, want [1]", got)
+		t.Errorf("after pid 4 exited pids are %v, want [1]", got)
 	}
 	if n := s.nDevices.Load(); n != 1 {
 		t.Errorf("device count after pruning is %d, want 1", n)
@@ -491,4 +491,10 @@ func TestVersionMovesWithWhatProcessesReturns(t *testing.T) {
 	step("it closes", false, func() { session.Close(t0) })
 	step("a process exits", true, func() { s.Prune(t0.Add(2*time.Second), func(pid uint32, _ uint64) bool { return pid != 2 }) })
 	step("its linger passes", true, func() { s.Prune(t0.Add(2*time.Minute), func(pid uint32, _ uint64) bool { return pid != 2 }) })
+}
+
+// exitProcess tells s that process pid exited, as the poller's Prune does
+// when /proc no longer has it.
+func exitProcess(s *Store, pid uint32) {
+	s.Prune(time.Now(), func(p uint32, _ uint64) bool { return p != pid })
 }

@@ -77,7 +77,7 @@ func TestVersionRaisedByEveryChangeToProcesses(t *testing.T) {
 			s.Prune(now, nil)
 			what = "prune"
 		case op == 6:
-			s.Remove(uint32(1 + rng.IntN(4)))
+			exitProcess(s, uint32(1+rng.IntN(4)))
 			what = "remove"
 		case op == 7:
 			unlisted := uuids[rng.IntN(2)]

@@ -87,9 +87,9 @@ func TestExitedProcessGoesAtOnceWithoutLinger(t *testing.T) {
 	if err := allocstatstest.Report(store, id, "", []allocstats.DeviceReport{{UUID: gpuUUID(0), Reserved: GiB}}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	store.Remove(30)
+	allocstatstest.Exit(store, 30, time.Now())
 	if ps := store.Processes(); len(ps) != 0 {
-		t.Errorf("processes after Remove without a linger: %+v", ps)
+		t.Errorf("processes after the exit without a linger: %+v", ps)
 	}
 }
 
@@ -123,7 +123,7 @@ func TestAnExitedProcessNVMLNeverListedLeavesNoRow(t *testing.T) {
 	if rows := rowsOf(src.Read().Rows, 30); len(rows) != 1 {
 		t.Fatalf("rows of the running, unlisted process = %d, want 1 (its allocator state is exported while it runs)", len(rows))
 	}
-	store.Remove(30)
+	allocstatstest.Exit(store, 30, time.Now())
 	if rows := rowsOf(src.Read().Rows, 30); len(rows) != 0 {
 		t.Errorf("rows of the exited process NVML never listed = %+v, want none", rows)
 	}
@@ -212,7 +212,7 @@ func TestALingeringRowAndANewHolderWithTheSameLabelsShareOneRow(t *testing.T) {
 	src := Sources{NVML: fixedSnapshot{listing(30)}, Allocator: store, Workload: resolver, SettleLabels: true, Memory: NewMemory()}
 	feed(500, 3)
 	src.Read()
-	store.Remove(30)
+	allocstatstest.Exit(store, 30, time.Now())
 	resolver[30] = workload.Info{StartTime: 900, Comm: "python3", UID: "1000"}
 	feed(900, 0)
 	rows := rowsOf(src.Read().Rows, 30)
@@ -237,7 +237,7 @@ func TestTheFirstOfTwoExitedHoldersOfAPidKeepsTheRow(t *testing.T) {
 			t.Fatal(err)
 		}
 		src.Read()
-		store.Remove(30)
+		allocstatstest.Exit(store, 30, time.Now())
 	}
 	delete(resolver, 30)
 	rows := rowsOf(src.Read().Rows, 30)

@@ -2,11 +2,13 @@ package collector
 
 import (
 	"testing"
+	"time"
 
 	"github.com/go-kit/log"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpumem/gpumem_exporter/allocstats"
+	"github.com/gpumem/gpumem_exporter/allocstats/allocstatstest"
 	"github.com/gpumem/gpumem_exporter/attribution"
 	"github.com/gpumem/gpumem_exporter/workload"
 )
@@ -18,7 +20,7 @@ import (
 func TestAggregatePerPod(t *testing.T) {
 	node := twoGPUNode() // GPU 0: pid 1000 (12 GiB) and 1001 (8 GiB); GPU 1: pid 1100 (6 GiB)
 	p := newPoller(t, node)
-	store := allocstats.NewStore(0)
+	store := allocstats.NewStore(time.Hour)
 	mustReport(store, 1000, "pytorch", []allocstats.DeviceReport{fullReport(gpuUUID(0), 10*GiB, 7*GiB)}, t0)
 	mustReport(store, 1001, "pytorch", []allocstats.DeviceReport{fullReport(gpuUUID(0), 4*GiB, 3*GiB)}, t0.Add(1e9))
 	inPod := func(pid uint32, start uint64) workload.Info {
@@ -71,7 +73,7 @@ func TestAggregatePerPod(t *testing.T) {
 
 	// pid 1001 exits: the container's sums drop, its counters do not.
 	node.SetUsed(0, 2*GiB, proc(1000, 12*GiB))
-	store.Remove(1001)
+	allocstatstest.Exit(store, 1001, t0.Add(2*time.Second))
 	if err := p.Poll(); err != nil {
 		t.Fatal(err)
 	}

@@ -30,3 +30,9 @@ func OOM(store *allocstats.Store, id allocstats.Identity, m allocstats.OOMMessag
 	defer session.Close(now)
 	return session.OOM(m, now, nil)
 }
+
+// Exit tells the store at now that process pid exited, as the poller's
+// Prune does when /proc no longer has it: it is kept for the linger.
+func Exit(store *allocstats.Store, pid uint32, now time.Time) {
+	store.Prune(now, func(p uint32, _ uint64) bool { return p != pid })
+}
