@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/exporter-toolkit/web/kingpinflag"
 
 	"github.com/gpumem/gpumem_exporter/allocstats"
+	"github.com/gpumem/gpumem_exporter/internal/defaults"
 	"github.com/gpumem/gpumem_exporter/oom"
 	"github.com/gpumem/gpumem_exporter/simulate"
 	"github.com/gpumem/gpumem_exporter/simulate/scenario"
@@ -22,7 +23,8 @@ import (
 const exporterName = "gpumem_exporter"
 
 // options are the parsed command line. Defaults live in the flag
-// definitions only (from the packages' Default… constants).
+// definitions only (from the packages' Default… constants and from
+// internal/defaults).
 type options struct {
 	metricsPath            string
 	disableExporterMetrics bool
@@ -70,8 +72,8 @@ func parseFlags(app *kingpin.Application, args []string) (*options, error) {
 	o := &options{socketMode: allocstats.DefaultSocketMode}
 	app.Name = exporterName
 	app.Help = "Prometheus exporter of GPU memory per process: NVML joined with the framework allocators' own statistics."
-	o.webConfig = kingpinflag.AddFlags(app, ":9481")
-	app.Flag("web.telemetry-path", "Path under which to expose metrics.").Default("/metrics").StringVar(&o.metricsPath)
+	o.webConfig = kingpinflag.AddFlags(app, ":"+strconv.Itoa(defaults.MetricsPort))
+	app.Flag("web.telemetry-path", "Path under which to expose metrics.").Default(defaults.TelemetryPath).StringVar(&o.metricsPath)
 	app.Flag("web.disable-exporter-metrics", "Exclude the exporter's own Go and process metrics (go_*, process_*).").BoolVar(&o.disableExporterMetrics)
 	app.Flag("web.health-address", "Also serve /-/healthy and /-/ready, without TLS or authentication, on this address (for probes when --web.config.file turns on basic auth). Empty: off.").Default("").StringVar(&o.healthAddress)
 	app.Flag("web.max-connections", "Most HTTP connections open at once per listen address; at the cap a new connection closes one the server is waiting on (no request served yet, then idle between requests), never one whose request is being served.").Default("64").SetValue(&intFlag{"web.max-connections", &o.webMaxConnections})
@@ -86,7 +88,7 @@ func parseFlags(app *kingpin.Application, args []string) (*options, error) {
 	app.Flag("nvml.simulated.speed", "Simulated seconds per real second (60 runs an hour of the scenario in a minute).").Default("1").Float64Var(&o.simSpeed)
 	app.Flag("nvml.simulated.processes-per-gpu", "Processes per GPU of the load scenario (1 to 99).").Default("3").SetValue(&intFlag{"nvml.simulated.processes-per-gpu", &o.simProcesses})
 	app.Flag("nvml.simulated.seed", "Seed of the simulated node's script (the same seed gives the same run).").Default("1").Int64Var(&o.simSeed)
-	app.Flag("path.procfs", "procfs mountpoint (the host's /proc; run in the host PID namespace).").Default("/proc").StringVar(&o.procPath)
+	app.Flag("path.procfs", "procfs mountpoint (the host's /proc; run in the host PID namespace).").Default(defaults.ProcPath).StringVar(&o.procPath)
 	app.Flag("kubernetes.kubeconfig", "Kubeconfig for pod attribution; empty: in-cluster config when running in a pod, none otherwise.").Default("").StringVar(&o.kubeconfig)
 	app.Flag("kubernetes.node-name", "This node's name, to watch only its pods.").Envar("NODE_NAME").Default("").StringVar(&o.nodeName)
 	app.Flag("kubernetes.oom-events", "Record a Kubernetes Event (type Warning, reason GPUOutOfMemory) with the verdict on the pod of each out-of-memory report, aggregated and rate-limited as the kubelet's; needs create and patch on events. Only where pod attribution runs (in a pod, or with --kubernetes.kubeconfig). --no-kubernetes.oom-events turns it off.").Default("true").BoolVar(&o.oomEvents)

@@ -10,9 +10,9 @@ const module = "github.com/gpumem/gpumem_exporter/"
 
 // The data flow is sources -> one join -> readers -> main. A source never
 // imports another source, and nothing imports upward. internal/ holds
-// infrastructure (logging, the file descriptor budget, listeners, test
-// helpers), below every layer: it imports no product package and takes
-// plain values.
+// infrastructure (logging, the file descriptor budget, listeners, the
+// flags' defaults, test helpers), below every layer: it imports no product
+// package and takes plain values.
 func TestPackagesFollowTheDataFlow(t *testing.T) {
 	t.Parallel()
 	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, "./...").CombinedOutput()

@@ -41,7 +41,11 @@ func TestAPIServer(t *testing.T) {
 	t.Run("strict field validation refuses misspelt fields", func(t *testing.T) { testStrict(t, c) })
 	t.Run("example workloads under Pod Security", func(t *testing.T) { testPodSecurity(t, c) })
 
-	kustomized := splitDocuments(t, "kustomize build deploy/kubernetes", manifestcheck.Kustomize(t, kustomizeDir))
+	built, err := manifestcheck.Kustomize(kustomizeDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kustomized := splitDocuments(t, "kustomize build deploy/kubernetes", built)
 	t.Run("kustomize build applies", func(t *testing.T) {
 		c.applyAll(t, kustomized)
 		if !t.Failed() {
@@ -238,7 +242,14 @@ func testPodSecurity(t *testing.T, c *cluster) {
 				t.Errorf("the Job's warnings in a %s namespace do not mention %q:\n%s", tc.level, tc.forbidden, warned)
 			}
 
-			job := manifestcheck.One[batchv1.Job](t, manifestcheck.DecodeFile(t, path))
+			objs, err := manifestcheck.DecodeFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			job, err := manifestcheck.One[batchv1.Job](objs)
+			if err != nil {
+				t.Fatal(err)
+			}
 			pod := &corev1.Pod{
 				TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 				ObjectMeta: metav1.ObjectMeta{Name: job.Name, Labels: job.Spec.Template.Labels},

@@ -88,7 +88,11 @@ func TestChartCopiesAreCurrent(t *testing.T) {
 		}
 	}
 	for src, dst := range want {
-		if !manifestcheck.SameFile(t, src, dst) {
+		same, err := manifestcheck.SameFile(src, dst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !same {
 			t.Errorf("%s is not a copy of %s: run go test ./deploy/helm -run TestChartCopiesAreCurrent -update", dst, src)
 		}
 	}
@@ -181,6 +185,24 @@ func TestLint(t *testing.T) {
 	}
 }
 
+// one returns the only object of Go type T in objs, failing t otherwise.
+func one[T any](t *testing.T, objs []manifestcheck.Object) *T {
+	t.Helper()
+	obj, err := manifestcheck.One[T](objs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return obj
+}
+
+// report fails t with what a check found wrong, if anything.
+func report(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Error(err)
+	}
+}
+
 func cmpOr(s, def string) string {
 	if s == "" {
 		return def
@@ -257,61 +279,64 @@ func TestRenderedObjectsKeepTheContract(t *testing.T) {
 			if strings.TrimSpace(notes) == "" {
 				t.Error("NOTES.txt renders empty")
 			}
-			manifestcheck.CheckLabels(t, objs)
-			manifestcheck.CheckNamespaces(t, objs, tc.ns, tc.dashboardNS)
-			manifestcheck.None[corev1.Namespace](t, objs) // helm install --create-namespace; labels documented
+			report(t, manifestcheck.CheckLabels(objs))
+			report(t, manifestcheck.CheckNamespaces(objs, tc.ns, tc.dashboardNS))
+			report(t, manifestcheck.None[corev1.Namespace](objs)) // helm install --create-namespace; labels documented
 
-			ds := manifestcheck.One[appsv1.DaemonSet](t, objs)
-			manifestcheck.CheckDaemonSet(t, ds, tc.ds)
-			manifestcheck.CheckRBAC(t, manifestcheck.One[rbacv1.ClusterRole](t, objs), manifestcheck.One[rbacv1.ClusterRoleBinding](t, objs),
-				manifestcheck.One[corev1.ServiceAccount](t, objs), ds)
+			ds := one[appsv1.DaemonSet](t, objs)
+			report(t, manifestcheck.CheckDaemonSet(ds, tc.ds))
+			report(t, manifestcheck.CheckRBAC(one[rbacv1.ClusterRole](t, objs), one[rbacv1.ClusterRoleBinding](t, objs),
+				one[corev1.ServiceAccount](t, objs), ds))
 
-			svc := manifestcheck.One[corev1.Service](t, objs)
+			svc := one[corev1.Service](t, objs)
 			if tc.monitoring {
-				manifestcheck.CheckService(t, ds, svc, manifestcheck.One[manifestcheck.ServiceMonitor](t, objs), tc.promLabels)
-				rules, fleet := manifestcheck.Rules(t, objs)
+				report(t, manifestcheck.CheckService(ds, svc, one[manifestcheck.ServiceMonitor](t, objs), tc.promLabels))
+				rules, fleet, err := manifestcheck.Rules(objs)
+				if err != nil {
+					t.Fatal(err)
+				}
 				if rules == nil {
 					t.Fatal("no PrometheusRule of rules.yml")
 				}
-				manifestcheck.CheckPrometheusRule(t, rules, rulesSource, tc.promLabels)
+				report(t, manifestcheck.CheckPrometheusRule(rules, rulesSource, tc.promLabels))
 				switch {
 				case tc.fleet && fleet == nil:
 					t.Error("prometheusRule.fleet: no PrometheusRule of fleet-rules.yml")
 				case tc.fleet:
-					manifestcheck.CheckPrometheusRule(t, fleet, fleetSource, tc.promLabels)
+					report(t, manifestcheck.CheckPrometheusRule(fleet, fleetSource, tc.promLabels))
 					if fleet.Name == rules.Name {
 						t.Errorf("both PrometheusRules are named %s", fleet.Name)
 					}
 				case fleet != nil:
 					t.Errorf("PrometheusRule %s of fleet-rules.yml without prometheusRule.fleet", fleet.Name)
 				}
-				manifestcheck.CheckDashboards(t, manifestcheck.All[corev1.ConfigMap](objs), dashboardsDir, "grafana_dashboard", "1")
+				report(t, manifestcheck.CheckDashboards(manifestcheck.All[corev1.ConfigMap](objs), dashboardsDir, "grafana_dashboard", "1"))
 				for _, cm := range manifestcheck.All[corev1.ConfigMap](objs) {
 					if tc.values == "custom.yaml" && cm.Annotations["grafana_folder"] != "GPU" {
 						t.Errorf("dashboard ConfigMap %s lacks the annotation grafana_folder=GPU", cm.Name)
 					}
 				}
 			} else {
-				manifestcheck.CheckService(t, ds, svc, nil, nil)
-				manifestcheck.None[manifestcheck.ServiceMonitor](t, objs)
-				manifestcheck.None[manifestcheck.PrometheusRule](t, objs)
-				manifestcheck.None[corev1.ConfigMap](t, objs)
+				report(t, manifestcheck.CheckService(ds, svc, nil, nil))
+				report(t, manifestcheck.None[manifestcheck.ServiceMonitor](objs))
+				report(t, manifestcheck.None[manifestcheck.PrometheusRule](objs))
+				report(t, manifestcheck.None[corev1.ConfigMap](objs))
 			}
 
 			if tc.ds.CSI {
 				driver := cmpOr(tc.ds.DriverName, manifestcheck.DefaultDriverName)
-				manifestcheck.CheckCSIDriver(t, manifestcheck.One[storagev1.CSIDriver](t, objs), driver)
+				report(t, manifestcheck.CheckCSIDriver(one[storagev1.CSIDriver](t, objs), driver))
 				if !strings.Contains(notes, "driver: "+driver) {
 					t.Errorf("NOTES.txt does not show the CSI volume of driver %s:\n%s", driver, notes)
 				}
 			} else {
-				manifestcheck.None[storagev1.CSIDriver](t, objs)
+				report(t, manifestcheck.None[storagev1.CSIDriver](objs))
 			}
 
 			if tc.netpol != nil {
-				manifestcheck.CheckNetworkPolicy(t, manifestcheck.One[networkingv1.NetworkPolicy](t, objs), ds, *tc.netpol)
+				report(t, manifestcheck.CheckNetworkPolicy(one[networkingv1.NetworkPolicy](t, objs), ds, *tc.netpol))
 			} else {
-				manifestcheck.None[networkingv1.NetworkPolicy](t, objs)
+				report(t, manifestcheck.None[networkingv1.NetworkPolicy](objs))
 			}
 		})
 	}
@@ -338,7 +363,11 @@ func TestCSINeedsKubernetes129(t *testing.T) {
 // CSIDriver, Service ports and scrape as `kubectl apply -k deploy/kubernetes`.
 func TestChartRendersWhatKustomizeBuilds(t *testing.T) {
 	helmObjs, _ := mustRender(t, "", releaseName, namespace)
-	kustObjs, err := manifestcheck.Decode("kustomize build", manifestcheck.Kustomize(t, kustomizeDir))
+	kustomized, err := manifestcheck.Kustomize(kustomizeDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kustObjs, err := manifestcheck.Decode("kustomize build", kustomized)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,7 +377,7 @@ func TestChartRendersWhatKustomizeBuilds(t *testing.T) {
 			t.Errorf("%s differs between the chart and the kustomization: %s", what, firstDiff(h, k))
 		}
 	}
-	hds, kds := manifestcheck.One[appsv1.DaemonSet](t, helmObjs), manifestcheck.One[appsv1.DaemonSet](t, kustObjs)
+	hds, kds := one[appsv1.DaemonSet](t, helmObjs), one[appsv1.DaemonSet](t, kustObjs)
 	hspec, kspec := hds.Spec.Template.Spec, kds.Spec.Template.Spec
 	for i := range hspec.InitContainers {
 		if i < len(kspec.InitContainers) {
@@ -362,13 +391,13 @@ func TestChartRendersWhatKustomizeBuilds(t *testing.T) {
 	}
 	same("pod spec", hspec, kspec)
 	same("update strategy", hds.Spec.UpdateStrategy, kds.Spec.UpdateStrategy)
-	same("ClusterRole rules", manifestcheck.One[rbacv1.ClusterRole](t, helmObjs).Rules, manifestcheck.One[rbacv1.ClusterRole](t, kustObjs).Rules)
-	same("CSIDriver spec", manifestcheck.One[storagev1.CSIDriver](t, helmObjs).Spec, manifestcheck.One[storagev1.CSIDriver](t, kustObjs).Spec)
-	same("Service ports", manifestcheck.One[corev1.Service](t, helmObjs).Spec.Ports, manifestcheck.One[corev1.Service](t, kustObjs).Spec.Ports)
-	hsm, ksm := manifestcheck.One[manifestcheck.ServiceMonitor](t, helmObjs), manifestcheck.One[manifestcheck.ServiceMonitor](t, kustObjs)
+	same("ClusterRole rules", one[rbacv1.ClusterRole](t, helmObjs).Rules, one[rbacv1.ClusterRole](t, kustObjs).Rules)
+	same("CSIDriver spec", one[storagev1.CSIDriver](t, helmObjs).Spec, one[storagev1.CSIDriver](t, kustObjs).Spec)
+	same("Service ports", one[corev1.Service](t, helmObjs).Spec.Ports, one[corev1.Service](t, kustObjs).Spec.Ports)
+	hsm, ksm := one[manifestcheck.ServiceMonitor](t, helmObjs), one[manifestcheck.ServiceMonitor](t, kustObjs)
 	same("ServiceMonitor endpoints", hsm.Spec.Endpoints, ksm.Spec.Endpoints)
 	same("ServiceMonitor sampleLimit", deref(hsm.Spec.SampleLimit), deref(ksm.Spec.SampleLimit))
-	same("PrometheusRule groups", manifestcheck.One[manifestcheck.PrometheusRule](t, helmObjs).Spec, manifestcheck.One[manifestcheck.PrometheusRule](t, kustObjs).Spec)
+	same("PrometheusRule groups", one[manifestcheck.PrometheusRule](t, helmObjs).Spec, one[manifestcheck.PrometheusRule](t, kustObjs).Spec)
 	dashboards := func(objs []manifestcheck.Object) map[string]string {
 		m := map[string]string{}
 		for _, cm := range manifestcheck.All[corev1.ConfigMap](objs) {

@@ -200,7 +200,7 @@ func TestEveryFileDecodesStrictly(t *testing.T) {
 		if f == "kustomization.yaml" {
 			continue
 		}
-		if objs := manifestcheck.DecodeFile(t, f); len(objs) == 0 {
+		if objs := decodeFile(t, f); len(objs) == 0 {
 			t.Errorf("%s holds no object", f)
 		}
 	}
@@ -239,19 +239,69 @@ func TestKustomizationListsEveryManifest(t *testing.T) {
 // built is `kubectl apply -k deploy/kubernetes`'s input, decoded strictly.
 func built(t *testing.T) []manifestcheck.Object {
 	t.Helper()
-	objs, err := manifestcheck.Decode("kustomize build", manifestcheck.Kustomize(t, "."))
+	return kustomize(t, "kustomize build", ".")
+}
+
+// kustomize builds the kustomization in dir and decodes it strictly;
+// source names it in errors.
+func kustomize(t *testing.T, source, dir string) []manifestcheck.Object {
+	t.Helper()
+	data, err := manifestcheck.Kustomize(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := manifestcheck.Decode(source, data)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return objs
 }
 
+// decodeFile decodes every document of a file strictly.
+func decodeFile(t *testing.T, path string) []manifestcheck.Object {
+	t.Helper()
+	objs, err := manifestcheck.DecodeFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
+// one returns the only object of Go type T in objs, failing t otherwise.
+func one[T any](t *testing.T, objs []manifestcheck.Object) *T {
+	t.Helper()
+	obj, err := manifestcheck.One[T](objs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return obj
+}
+
+// report fails t with what a check found wrong, if anything.
+func report(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Error(err)
+	}
+}
+
+// rules returns the PrometheusRules of rules.yml and fleet-rules.yml in
+// objs (nil where absent), failing t on any other.
+func rules(t *testing.T, objs []manifestcheck.Object) (base, fleet *manifestcheck.PrometheusRule) {
+	t.Helper()
+	base, fleet, err := manifestcheck.Rules(objs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return base, fleet
+}
+
 func TestKustomizeBuildKeepsTheContract(t *testing.T) {
 	objs := built(t)
-	manifestcheck.CheckLabels(t, objs)
-	manifestcheck.CheckNamespaces(t, objs, namespace, namespace)
+	report(t, manifestcheck.CheckLabels(objs))
+	report(t, manifestcheck.CheckNamespaces(objs, namespace, namespace))
 
-	ns := manifestcheck.One[corev1.Namespace](t, objs)
+	ns := one[corev1.Namespace](t, objs)
 	if ns.Name != namespace {
 		t.Errorf("namespace %q, want %q", ns.Name, namespace)
 	}
@@ -261,32 +311,34 @@ func TestKustomizeBuildKeepsTheContract(t *testing.T) {
 		}
 	}
 
-	ds := manifestcheck.One[appsv1.DaemonSet](t, objs)
-	manifestcheck.CheckDaemonSet(t, ds, manifestcheck.DaemonSetWant{CSI: true, Image: "ghcr.io/gpumem/gpumem_exporter:0.1.0"})
+	ds := one[appsv1.DaemonSet](t, objs)
+	report(t, manifestcheck.CheckDaemonSet(ds, manifestcheck.DaemonSetWant{CSI: true, Image: "ghcr.io/gpumem/gpumem_exporter:0.1.0"}))
 	// The namespace is privileged because nothing less admits the pod.
-	if v := manifestcheck.PodSecurityViolations(t, psaapi.LevelBaseline, &ds.Spec.Template.ObjectMeta, &ds.Spec.Template.Spec); v == "" {
+	if v, err := manifestcheck.PodSecurityViolations(psaapi.LevelBaseline, &ds.Spec.Template.ObjectMeta, &ds.Spec.Template.Spec); err != nil {
+		t.Error(err)
+	} else if v == "" {
 		t.Error("Pod Security \"baseline\" admits the exporter pod: lower the namespace's level and docs/deploy.md")
 	} else {
 		t.Logf("baseline forbids the exporter pod, as documented: %s", v)
 	}
 
-	manifestcheck.CheckRBAC(t, manifestcheck.One[rbacv1.ClusterRole](t, objs), manifestcheck.One[rbacv1.ClusterRoleBinding](t, objs),
-		manifestcheck.One[corev1.ServiceAccount](t, objs), ds)
-	manifestcheck.CheckService(t, ds, manifestcheck.One[corev1.Service](t, objs), manifestcheck.One[manifestcheck.ServiceMonitor](t, objs), nil)
-	manifestcheck.CheckCSIDriver(t, manifestcheck.One[storagev1.CSIDriver](t, objs), manifestcheck.DefaultDriverName)
-	manifestcheck.CheckPrometheusRule(t, manifestcheck.One[manifestcheck.PrometheusRule](t, objs), rulesSource, nil)
-	manifestcheck.CheckDashboards(t, manifestcheck.All[corev1.ConfigMap](objs), dashboardsDir, "grafana_dashboard", "1")
-	manifestcheck.None[networkingv1.NetworkPolicy](t, objs)
+	report(t, manifestcheck.CheckRBAC(one[rbacv1.ClusterRole](t, objs), one[rbacv1.ClusterRoleBinding](t, objs),
+		one[corev1.ServiceAccount](t, objs), ds))
+	report(t, manifestcheck.CheckService(ds, one[corev1.Service](t, objs), one[manifestcheck.ServiceMonitor](t, objs), nil))
+	report(t, manifestcheck.CheckCSIDriver(one[storagev1.CSIDriver](t, objs), manifestcheck.DefaultDriverName))
+	report(t, manifestcheck.CheckPrometheusRule(one[manifestcheck.PrometheusRule](t, objs), rulesSource, nil))
+	report(t, manifestcheck.CheckDashboards(manifestcheck.All[corev1.ConfigMap](objs), dashboardsDir, "grafana_dashboard", "1"))
+	report(t, manifestcheck.None[networkingv1.NetworkPolicy](objs))
 }
 
 func exampleJob(t *testing.T, file string) *batchv1.Job {
 	t.Helper()
-	return manifestcheck.One[batchv1.Job](t, manifestcheck.DecodeFile(t, file))
+	return one[batchv1.Job](t, decodeFile(t, file))
 }
 
 func TestExampleWorkloads(t *testing.T) {
 	objs := built(t)
-	driver := manifestcheck.One[storagev1.CSIDriver](t, objs).Name
+	driver := one[storagev1.CSIDriver](t, objs).Name
 	for _, tc := range []struct {
 		file string
 		want manifestcheck.WorkloadWant
@@ -301,17 +353,17 @@ func TestExampleWorkloads(t *testing.T) {
 			if job.Namespace != "" {
 				t.Errorf("the example names namespace %q: leave it to kubectl -n", job.Namespace)
 			}
-			manifestcheck.CheckWorkload(t, &job.Spec.Template.ObjectMeta, &job.Spec.Template.Spec, tc.want)
+			report(t, manifestcheck.CheckWorkload(&job.Spec.Template.ObjectMeta, &job.Spec.Template.Spec, tc.want))
 		})
 	}
 }
 
 func TestNetworkPolicyExample(t *testing.T) {
-	np := manifestcheck.One[networkingv1.NetworkPolicy](t, manifestcheck.DecodeFile(t, "networkpolicy.yaml"))
-	manifestcheck.CheckNetworkPolicy(t, np, manifestcheck.One[appsv1.DaemonSet](t, built(t)), networkingv1.NetworkPolicyPeer{
+	np := one[networkingv1.NetworkPolicy](t, decodeFile(t, "networkpolicy.yaml"))
+	report(t, manifestcheck.CheckNetworkPolicy(np, one[appsv1.DaemonSet](t, built(t)), networkingv1.NetworkPolicyPeer{
 		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "monitoring"}},
 		PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/name": "prometheus"}},
-	})
+	}))
 }
 
 // TestCSIFlagsExist: every flag the csi-node container passes is one that
@@ -339,7 +391,7 @@ func TestCSIFlagsExist(t *testing.T) {
 	if !defined["csi.endpoint"] {
 		t.Fatalf("found no csi.endpoint flag in cmd/gpumem-csi (%d flags): did the binary move?", len(defined))
 	}
-	ds := manifestcheck.One[appsv1.DaemonSet](t, built(t))
+	ds := one[appsv1.DaemonSet](t, built(t))
 	for _, c := range ds.Spec.Template.Spec.InitContainers {
 		if c.Name != manifestcheck.CSIContainer {
 			continue
@@ -388,15 +440,12 @@ func TestDocumentedOverlayBuilds(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(overlay), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	objs, err := manifestcheck.Decode("the documented overlay", manifestcheck.Kustomize(t, dir))
-	if err != nil {
-		t.Fatal(err)
-	}
+	objs := kustomize(t, "the documented overlay", dir)
 	release := map[string]string{"release": "kube-prometheus-stack"}
-	ds := manifestcheck.One[appsv1.DaemonSet](t, objs)
-	manifestcheck.CheckService(t, ds, manifestcheck.One[corev1.Service](t, objs), manifestcheck.One[manifestcheck.ServiceMonitor](t, objs), release)
-	manifestcheck.CheckPrometheusRule(t, manifestcheck.One[manifestcheck.PrometheusRule](t, objs), rulesSource, release)
-	manifestcheck.CheckDaemonSet(t, ds, manifestcheck.DaemonSetWant{CSI: true, Image: "registry.example.com/gpumem_exporter:0.1.0"})
+	ds := one[appsv1.DaemonSet](t, objs)
+	report(t, manifestcheck.CheckService(ds, one[corev1.Service](t, objs), one[manifestcheck.ServiceMonitor](t, objs), release))
+	report(t, manifestcheck.CheckPrometheusRule(one[manifestcheck.PrometheusRule](t, objs), rulesSource, release))
+	report(t, manifestcheck.CheckDaemonSet(ds, manifestcheck.DaemonSetWant{CSI: true, Image: "registry.example.com/gpumem_exporter:0.1.0"}))
 }
 
 // The fleet-rules component adds the PrometheusRule of fleet-rules.yml
@@ -418,20 +467,17 @@ func TestFleetRulesComponentBuilds(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(overlay), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	objs, err := manifestcheck.Decode("an overlay with the fleet-rules component", manifestcheck.Kustomize(t, dir))
-	if err != nil {
-		t.Fatal(err)
+	objs := kustomize(t, "an overlay with the fleet-rules component", dir)
+	report(t, manifestcheck.CheckLabels(objs))
+	report(t, manifestcheck.CheckNamespaces(objs, namespace, namespace))
+	base, fleet := rules(t, objs)
+	if base == nil || fleet == nil {
+		t.Fatalf("PrometheusRules: rules.yml's %v, fleet-rules.yml's %v; want both", base != nil, fleet != nil)
 	}
-	manifestcheck.CheckLabels(t, objs)
-	manifestcheck.CheckNamespaces(t, objs, namespace, namespace)
-	rules, fleet := manifestcheck.Rules(t, objs)
-	if rules == nil || fleet == nil {
-		t.Fatalf("PrometheusRules: rules.yml's %v, fleet-rules.yml's %v; want both", rules != nil, fleet != nil)
-	}
-	manifestcheck.CheckPrometheusRule(t, rules, rulesSource, nil)
-	manifestcheck.CheckPrometheusRule(t, fleet, fleetSource, nil)
+	report(t, manifestcheck.CheckPrometheusRule(base, rulesSource, nil))
+	report(t, manifestcheck.CheckPrometheusRule(fleet, fleetSource, nil))
 
-	if base, fleet := manifestcheck.Rules(t, built(t)); base == nil || fleet != nil {
+	if base, fleet := rules(t, built(t)); base == nil || fleet != nil {
 		t.Error("kubectl apply -k deploy/kubernetes: want rules.yml's PrometheusRule only")
 	}
 }

@@ -2,7 +2,9 @@
 // types and checks them against gpumem_exporter's deployment contract
 // (docs/deploy.md). The tests of deploy/kubernetes (the kustomization) and
 // of deploy/helm (the chart) both use it, so that the two install the same
-// thing. It is test support: every check reports through testing.TB.
+// thing. A check returns what it finds wrong as one error (nil when the
+// objects keep the contract), each problem on a line of its own; the
+// caller reports it.
 package manifestcheck
 
 import (
@@ -14,7 +16,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
@@ -126,18 +127,13 @@ func isEmptyDoc(doc []byte) bool {
 	return true
 }
 
-// DecodeFile decodes every document of a file, failing t on any error.
-func DecodeFile(t testing.TB, path string) []Object {
-	t.Helper()
+// DecodeFile decodes every document of a file.
+func DecodeFile(path string) ([]Object, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	objs, err := Decode(filepath.Base(path), data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return objs
+	return Decode(filepath.Base(path), data)
 }
 
 // All returns the objects of Go type T (a struct type, e.g. appsv1.DaemonSet).
@@ -151,21 +147,36 @@ func All[T any](objs []Object) []*T {
 	return out
 }
 
-// One returns the only object of Go type T, failing t if there is not
+// One returns the only object of Go type T, or an error if there is not
 // exactly one.
-func One[T any](t testing.TB, objs []Object) *T {
-	t.Helper()
+func One[T any](objs []Object) (*T, error) {
 	found := All[T](objs)
 	if len(found) != 1 {
-		t.Fatalf("want exactly one %T, found %d", new(T), len(found))
+		return nil, fmt.Errorf("want exactly one %T, found %d", new(T), len(found))
 	}
-	return found[0]
+	return found[0], nil
 }
 
-// None fails t if objs hold an object of Go type T.
-func None[T any](t testing.TB, objs []Object) {
-	t.Helper()
+// None returns an error if objs hold an object of Go type T.
+func None[T any](objs []Object) error {
 	if found := All[T](objs); len(found) != 0 {
-		t.Errorf("want no %T, found %d", new(T), len(found))
+		return fmt.Errorf("want no %T, found %d", new(T), len(found))
+	}
+	return nil
+}
+
+// problems collects what a check finds wrong.
+type problems []error
+
+func (p *problems) addf(format string, args ...any) {
+	*p = append(*p, fmt.Errorf(format, args...))
+}
+
+func (p *problems) add(err error) {
+	if err != nil {
+		*p = append(*p, err)
 	}
 }
+
+// err returns the problems as one error, nil if there are none.
+func (p problems) err() error { return errors.Join(p...) }

@@ -1,9 +1,9 @@
 package manifestcheck
 
 import (
+	"fmt"
 	"path/filepath"
 	"strings"
-	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,17 +17,16 @@ import (
 // level (privileged, baseline, restricted) with the checks of the API
 // server's own PodSecurity admission, at its latest version. It returns
 // the reasons the level forbids the pod, empty if it is admitted.
-func PodSecurityViolations(t testing.TB, level psaapi.Level, meta *metav1.ObjectMeta, spec *corev1.PodSpec) string {
-	t.Helper()
+func PodSecurityViolations(level psaapi.Level, meta *metav1.ObjectMeta, spec *corev1.PodSpec) (string, error) {
 	eval, err := policy.NewEvaluator(policy.DefaultChecks(), nil)
 	if err != nil {
-		t.Fatal(err)
+		return "", fmt.Errorf("the Pod Security evaluator: %w", err)
 	}
 	res := policy.AggregateCheckResults(eval.EvaluatePod(psaapi.LevelVersion{Level: level, Version: psaapi.LatestVersion()}, meta, spec))
 	if res.Allowed {
-		return ""
+		return "", nil
 	}
-	return res.ForbiddenDetail()
+	return res.ForbiddenDetail(), nil
 }
 
 // WorkloadWant describes how an example workload reaches the socket.
@@ -43,44 +42,58 @@ type WorkloadWant struct {
 // the CSI volume (admitted by Pod Security "restricted") or through a
 // hostPath (which needs "privileged"), mounted read-only at SocketDir, with
 // GPUMEM_SOCKET set and every PYTHONPATH entry inside a mount.
-func CheckWorkload(t testing.TB, meta *metav1.ObjectMeta, spec *corev1.PodSpec, want WorkloadWant) {
-	t.Helper()
+func CheckWorkload(meta *metav1.ObjectMeta, spec *corev1.PodSpec, want WorkloadWant) error {
+	var p problems
 	if spec.HostPID {
-		t.Error("workloads keep their own PID namespace: only the exporter needs hostPID")
+		p.addf("workloads keep their own PID namespace: only the exporter needs hostPID")
 	}
 	if len(spec.Containers) != 1 {
-		t.Fatalf("the example has %d containers, want 1", len(spec.Containers))
+		p.addf("the example has %d containers, want 1", len(spec.Containers))
+		return p.err()
 	}
 	c := &spec.Containers[0]
 	if _, ok := c.Resources.Limits["nvidia.com/gpu"]; !ok {
-		t.Error("the example workload should ask for a GPU")
+		p.addf("the example workload should ask for a GPU")
 	}
 	if e := Env(c, "GPUMEM_SOCKET"); e == nil || e.Value != Socket {
-		t.Errorf("GPUMEM_SOCKET must be %s, got %+v", Socket, e)
+		p.addf("GPUMEM_SOCKET must be %s, got %+v", Socket, e)
 	}
-	mnt, vol := MountAt(t, spec, c, SocketDir)
+	mnt, vol, ok := mountAt(&p, spec, c, SocketDir)
+	if !ok {
+		return p.err()
+	}
 	if !mnt.ReadOnly || mnt.SubPath != "" {
-		t.Errorf("mount the socket directory whole and read-only (connect needs no write access to the directory), got %+v", mnt)
+		p.addf("mount the socket directory whole and read-only (connect needs no write access to the directory), got %+v", mnt)
 	}
 
 	if want.DriverName != "" {
 		if vol.CSI == nil || vol.CSI.Driver != want.DriverName || !isTrue(vol.CSI.ReadOnly) {
-			t.Errorf("the socket volume must be csi {driver: %s, readOnly: true}, got %+v", want.DriverName, vol.VolumeSource)
+			p.addf("the socket volume must be csi {driver: %s, readOnly: true}, got %+v", want.DriverName, vol.VolumeSource)
 		}
-		if v := PodSecurityViolations(t, psaapi.LevelRestricted, meta, spec); v != "" {
-			t.Errorf("Pod Security \"restricted\" forbids the example workload: %s", v)
+		v, err := PodSecurityViolations(psaapi.LevelRestricted, meta, spec)
+		if err != nil {
+			p.add(err)
+			return p.err()
+		}
+		if v != "" {
+			p.addf("Pod Security \"restricted\" forbids the example workload: %s", v)
 		}
 	} else {
-		checkHostPath(t, "the workload's socket directory", vol, SocketDir, corev1.HostPathDirectoryOrCreate)
+		checkHostPath(&p, "the workload's socket directory", vol, SocketDir, corev1.HostPathDirectoryOrCreate)
 		// Documented as needing a privileged namespace: keep that true.
-		if v := PodSecurityViolations(t, psaapi.LevelBaseline, meta, spec); v == "" {
-			t.Error("Pod Security \"baseline\" admits the hostPath example: docs/deploy.md says it needs privileged")
+		v, err := PodSecurityViolations(psaapi.LevelBaseline, meta, spec)
+		if err != nil {
+			p.add(err)
+			return p.err()
+		}
+		if v == "" {
+			p.addf("Pod Security \"baseline\" admits the hostPath example: docs/deploy.md says it needs privileged")
 		}
 	}
 
 	if want.PythonPath != "" {
 		if e := Env(c, "PYTHONPATH"); e == nil || e.Value != want.PythonPath {
-			t.Errorf("PYTHONPATH must be %s, got %+v", want.PythonPath, e)
+			p.addf("PYTHONPATH must be %s, got %+v", want.PythonPath, e)
 		}
 	}
 	// Every PYTHONPATH entry is, or is in, or holds a mounted directory.
@@ -93,27 +106,27 @@ func CheckWorkload(t testing.TB, meta *metav1.ObjectMeta, spec *corev1.PodSpec, 
 				}
 			}
 			if !found {
-				t.Errorf("PYTHONPATH entry %s is not a mounted directory", dir)
+				p.addf("PYTHONPATH entry %s is not a mounted directory", dir)
 			}
 		}
 	}
+	return p.err()
 }
 
 // Kustomize renders the kustomization in dir as `kubectl apply -k` and
 // `kustomize build` do (files outside dir refused), and returns its YAML.
-func Kustomize(t testing.TB, dir string) []byte {
-	t.Helper()
+func Kustomize(dir string) ([]byte, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), abs)
 	if err != nil {
-		t.Fatalf("kustomize build %s: %v", dir, err)
+		return nil, fmt.Errorf("kustomize build %s: %w", dir, err)
 	}
 	out, err := m.AsYaml()
 	if err != nil {
-		t.Fatalf("kustomize build %s: %v", dir, err)
+		return nil, fmt.Errorf("kustomize build %s: %w", dir, err)
 	}
-	return out
+	return out, nil
 }
