@@ -369,11 +369,14 @@ func TestProtocolBlackBox(t *testing.T) {
 	send(`{"v":1,"type":"stats","devices":[{"uuid":"GPU-ffffffff-ffff-ffff-ffff-ffffffffffff","reserved_bytes":1}]}`)
 	send(`{"v":1,"type":"oom","uuid":"GPU-5f0e3c1a-7b2d-4e89-a1c3-000000000006","requested_bytes":960495616,"limit_bytes":4294967296,"free_bytes":1}`)
 	pid := fmt.Sprint(os.Getpid())
+	// Neither a pod nor a Slurm job: the workload is the process on this
+	// node (the exporter's --kubernetes.node-name, else the host name).
+	workload := `",workload="` + localWorkload(t, os.Getpid()) + `"}`
 	want := []string{
-		`gpumem_allocator_reserved_bytes{comm="%s",container="",gpu="6",namespace="",pid="` + pid + `",pod="",uuid="GPU-5f0e3c1a-7b2d-4e89-a1c3-000000000006"} 3e+09`,
-		`gpumem_allocator_inactive_bytes{comm="%s",container="",gpu="6",namespace="",pid="` + pid + `",pod="",uuid="GPU-5f0e3c1a-7b2d-4e89-a1c3-000000000006"} 2e+09`,
-		`gpumem_allocator_last_oom_request_bytes{comm="%s",container="",gpu="6",namespace="",pid="` + pid + `",pod="",uuid="GPU-5f0e3c1a-7b2d-4e89-a1c3-000000000006"} 9.60495616e+08`,
-		`gpumem_allocator_ooms_total{comm="%s",container="",gpu="6",namespace="",pid="` + pid + `",pod="",uuid="GPU-5f0e3c1a-7b2d-4e89-a1c3-000000000006"} 1`,
+		`gpumem_allocator_reserved_bytes{comm="%s",container="",gpu="6",namespace="",pid="` + pid + `",pod="",uuid="GPU-5f0e3c1a-7b2d-4e89-a1c3-000000000006` + workload + ` 3e+09`,
+		`gpumem_allocator_inactive_bytes{comm="%s",container="",gpu="6",namespace="",pid="` + pid + `",pod="",uuid="GPU-5f0e3c1a-7b2d-4e89-a1c3-000000000006` + workload + ` 2e+09`,
+		`gpumem_allocator_last_oom_request_bytes{comm="%s",container="",gpu="6",namespace="",pid="` + pid + `",pod="",uuid="GPU-5f0e3c1a-7b2d-4e89-a1c3-000000000006` + workload + ` 9.60495616e+08`,
+		`gpumem_allocator_ooms_total{comm="%s",container="",gpu="6",namespace="",pid="` + pid + `",pod="",uuid="GPU-5f0e3c1a-7b2d-4e89-a1c3-000000000006` + workload + ` 1`,
 	}
 	comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", os.Getpid()))
 	for i := range want {
@@ -441,7 +444,7 @@ func TestProtocolLimitsBlackBox(t *testing.T) {
 		`gpumem_allocstats_messages_total{result="rejected",type="unknown"} 1`,
 		`gpumem_allocstats_messages_total{result="oversize",type="unknown"} 1`,
 		`gpumem_allocstats_messages_total{result="ok",type="stats"} 1`,
-		`pid="` + pid + `",pod="",uuid="GPU-5f0e3c1a-7b2d-4e89-a1c3-000000000001"} 7.340032e+06`,
+		`pid="` + pid + `",pod="",uuid="GPU-5f0e3c1a-7b2d-4e89-a1c3-000000000001",workload="` + localWorkload(t, os.Getpid()) + `"} 7.340032e+06`,
 	}
 	var body string
 	if !exportertest.Within(5*time.Second, func() bool {
@@ -501,4 +504,15 @@ func TestReleasesStartupPagesOnceAfterTheFirstPoll(t *testing.T) {
 	if strings.Contains(kept.Log.String(), gaveBack) {
 		t.Error("released with --no-runtime.release-startup-pages")
 	}
+}
+
+// localWorkload is the workload label the exporter gives a process of this
+// host outside any pod or Slurm job.
+func localWorkload(t *testing.T, pid int) string {
+	t.Helper()
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		t.Fatalf("host name: %q, %v", host, err)
+	}
+	return fmt.Sprintf("%s pid %d", host, pid)
 }

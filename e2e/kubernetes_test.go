@@ -436,11 +436,21 @@ type attrExpect struct {
 	reserved, active              uint64
 }
 
+// workload is the workload label the exporter gives the process: its pod,
+// else its Slurm job (every process here is in one or the other).
+func (e attrExpect) workload() string {
+	if e.pod != "" {
+		return e.namespace + "/" + e.pod
+	}
+	return "slurm job " + e.slurmJob
+}
+
 // problems lists how the scrape differs from e; nil when it matches.
 func (e attrExpect) problems(fams map[string]*clientmodel.MetricFamily) []string {
 	base := map[string]string{
 		"gpu": strconv.Itoa(attrGPU), "uuid": simulate.UUIDs[attrGPU], "pid": strconv.Itoa(e.pid),
 		"comm": "python3", "namespace": e.namespace, "pod": e.pod, "container": e.container,
+		"workload": e.workload(),
 	}
 	info := map[string]string{
 		"container_id": e.containerID, "pod_uid": e.podUID, "slurm_job_id": e.slurmJob,

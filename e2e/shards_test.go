@@ -121,8 +121,11 @@ func TestShardsAndGlobalViewMatchOnePrometheus(t *testing.T) {
 	// stack's.
 	s := &stack{dir: filepath.Join(main.dir, "shards"), exporterAddr: main.exporterAddr}
 	defer s.stop()
-	rules := filepath.Join(repoRoot, "deploy", "prometheus", "rules.yml")
-	fleetRules, err := fleetRulesEvery(main.dir, scrapeInterval)
+	rules, err := rulesEvery(main.dir, "rules.yml", scrapeInterval)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fleetRules, err := rulesEvery(main.dir, "fleet-rules.yml", scrapeInterval)
 	if err != nil {
 		t.Fatal(err)
 	}

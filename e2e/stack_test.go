@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -137,9 +138,11 @@ func startStack() (*stack, error) {
 		return nil, err
 	}
 
-	// fleet.json reads fleet-rules.yml's rules, evaluated once a minute in
-	// production; here as often as the others.
-	fleetRules, err := fleetRulesEvery(dir, scrapeInterval)
+	rules, err := rulesEvery(dir, "rules.yml", scrapeInterval)
+	if err != nil {
+		return nil, err
+	}
+	fleetRules, err := rulesEvery(dir, "fleet-rules.yml", scrapeInterval)
 	if err != nil {
 		return nil, err
 	}
@@ -155,7 +158,7 @@ scrape_configs:
     honor_labels: true
     static_configs:
       - targets: ['%[3]s']
-`, scrapeInterval, filepath.Join(repoRoot, "deploy", "prometheus", "rules.yml"), s.exporterAddr, fleetRules)
+`, scrapeInterval, rules, s.exporterAddr, fleetRules)
 	configFile := filepath.Join(dir, "prometheus.yml")
 	if err := os.WriteFile(configFile, []byte(config), 0o644); err != nil {
 		return nil, err
@@ -181,19 +184,24 @@ scrape_configs:
 	return s, nil
 }
 
-// fleetRulesEvery writes deploy/prometheus/fleet-rules.yml into dir with
-// every group's interval set to every, and returns the copy's path.
-func fleetRulesEvery(dir string, every time.Duration) (string, error) {
-	b, err := os.ReadFile(filepath.Join(repoRoot, "deploy", "prometheus", "fleet-rules.yml"))
+// groupInterval matches a rule group's own interval.
+var groupInterval = regexp.MustCompile(`(?m)^(\s+interval:) \S+$`)
+
+// rulesEvery writes the rule file deploy/prometheus/<name> into dir with
+// every group's interval set to every, and returns the copy's path: in
+// production the groups run every 30 s or every minute, here as often as
+// the scrapes, so that a test sees the rules' output within seconds.
+func rulesEvery(dir, name string, every time.Duration) (string, error) {
+	b, err := os.ReadFile(filepath.Join(repoRoot, "deploy", "prometheus", name))
 	if err != nil {
 		return "", err
 	}
-	text := strings.ReplaceAll(string(b), "interval: 1m", "interval: "+every.String())
-	if text == string(b) {
-		return "", errors.New("fleet-rules.yml: no group with interval: 1m to replace")
+	if !groupInterval.Match(b) {
+		return "", fmt.Errorf("%s: no group with an interval of its own to replace", name)
 	}
-	path := filepath.Join(dir, "fleet-rules.yml")
-	return path, os.WriteFile(path, []byte(text), 0o644)
+	text := groupInterval.ReplaceAll(b, []byte("${1} "+every.String()))
+	path := filepath.Join(dir, name)
+	return path, os.WriteFile(path, text, 0o644)
 }
 
 func (s *stack) start(name, bin string, args ...string) (*proc, error) {

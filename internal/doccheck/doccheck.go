@@ -33,9 +33,23 @@ func DocumentedMetrics(t testing.TB, path string) map[string]string {
 	return metrics
 }
 
-// processLabels are the labels of the per-process series, which the
-// allocator tables (three columns: name, type, meaning) leave implicit.
-const processLabels = "comm,container,gpu,namespace,pid,pod,uuid"
+// sectionLabels matches the sentence before a three-column table (name,
+// type, meaning) that gives the labels of all its metrics:
+// "Labels: `gpu, uuid, pid`."
+var sectionLabels = regexp.MustCompile("Labels: `([^`]+)`")
+
+// sortedLabels returns the comma-separated label names in cell, sorted and
+// joined with commas.
+func sortedLabels(cell string) string {
+	var names []string
+	for _, l := range strings.Split(strings.NewReplacer("`", "", " ", "").Replace(cell), ",") {
+		if l != "" {
+			names = append(names, l)
+		}
+	}
+	sort.Strings(names)
+	return strings.Join(names, ",")
+}
 
 // DocumentedLabels returns, for each metric in the tables of the file at
 // path, its label names sorted and joined with commas. Four-column rows
@@ -48,7 +62,14 @@ func DocumentedLabels(t testing.TB, path string) map[string]string {
 		t.Fatal(err)
 	}
 	out := map[string]string{}
+	section := "" // the labels the prose above a three-column table gives
 	for _, line := range strings.Split(string(doc), "\n") {
+		if strings.HasPrefix(line, "#") {
+			section = ""
+		}
+		if l := sectionLabels.FindStringSubmatch(line); l != nil {
+			section = sortedLabels(l[1])
+		}
 		m := documentedMetric.FindStringSubmatch(line)
 		if m == nil {
 			continue
@@ -56,16 +77,11 @@ func DocumentedLabels(t testing.TB, path string) map[string]string {
 		cells := strings.Split(strings.Trim(strings.TrimSpace(line), "|"), "|")
 		switch {
 		case len(cells) == 4:
-			var names []string
-			for _, l := range strings.Split(strings.NewReplacer("`", "", " ", "").Replace(cells[2]), ",") {
-				if l != "" {
-					names = append(names, l)
-				}
-			}
-			sort.Strings(names)
-			out[m[1]] = strings.Join(names, ",")
-		case len(cells) == 3 && strings.HasPrefix(m[1], "gpumem_allocator_"):
-			out[m[1]] = processLabels
+			out[m[1]] = sortedLabels(cells[2])
+		case len(cells) == 3 && section == "":
+			t.Fatalf("%s: %s is in a table without a labels column, and no \"Labels: `...`\" sentence precedes it in its section", path, m[1])
+		case len(cells) == 3:
+			out[m[1]] = section
 		}
 	}
 	if len(out) < 30 {

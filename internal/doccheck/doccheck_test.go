@@ -1,9 +1,11 @@
 package doccheck
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -47,12 +49,29 @@ func TestDocumentedMetricsReadsTheTables(t *testing.T) {
 func TestDocumentedLabelsReadsBothTableShapes(t *testing.T) {
 	labels := DocumentedLabels(t, "../../docs/metrics.md")
 	for name, want := range map[string]string{
-		"gpumem_allocator_reserved_bytes": "comm,container,gpu,namespace,pid,pod,uuid",
+		"gpumem_allocator_reserved_bytes": "comm,container,gpu,namespace,pid,pod,uuid,workload",
 		"gpumem_gpu_memory_total_bytes":   "gpu,uuid",
 		"gpumem_nvml_up":                  "",
 	} {
 		if got, ok := labels[name]; !ok || got != want {
 			t.Errorf("labels of %s = %q (listed %v), want %q", name, got, ok, want)
 		}
+	}
+}
+
+func TestDocumentedLabelsOfAThreeColumnTableComeFromItsSection(t *testing.T) {
+	var doc strings.Builder
+	doc.WriteString("# M\n\n## A\n\nLabels: `pid, gpu`.\n\n| metric | type | meaning |\n|---|---|---|\n| `gpumem_a_bytes` | gauge | A. |\n")
+	doc.WriteString("\n## B\n\nLabels: `uuid`.\n\n| metric | type | meaning |\n|---|---|---|\n| `gpumem_b_bytes` | gauge | B. |\n")
+	for i := 0; i < 30; i++ { // DocumentedLabels wants a real reference's worth
+		fmt.Fprintf(&doc, "| `gpumem_c%d` | gauge | `x` | C. |\n", i)
+	}
+	path := filepath.Join(t.TempDir(), "metrics.md")
+	if err := os.WriteFile(path, []byte(doc.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	labels := DocumentedLabels(t, path)
+	if labels["gpumem_a_bytes"] != "gpu,pid" || labels["gpumem_b_bytes"] != "uuid" || labels["gpumem_c0"] != "x" {
+		t.Errorf("labels = a %q, b %q, c0 %q; want gpu,pid and uuid and x", labels["gpumem_a_bytes"], labels["gpumem_b_bytes"], labels["gpumem_c0"])
 	}
 }
