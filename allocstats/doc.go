@@ -18,13 +18,17 @@
 // a Session.
 package allocstats
 
-import "time"
+import (
+	"time"
+
+	"github.com/gpumem/gpumem_exporter/allocstats/wire"
+)
 
 // Defaults of the server and store settings, stated here only: the
 // daemon's flags take their defaults from these, and Config (NewServer),
 // NewStore and SetProcessLimits apply them to settings left zero.
 const (
-	DefaultSocketPath      = "/run/gpumem/allocstats.sock"
+	DefaultSocketPath      = wire.DefaultSocketDir + "/" + wire.SocketName
 	DefaultSocketMode      = 0o666
 	DefaultMaxMessageBytes = 64 << 10
 	DefaultMaxConnections  = 1024

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/gpumem/gpumem_exporter/allocstats/wire"
 )
 
 // ClientsDir is the publish directory's subdirectory holding the Python
@@ -28,8 +30,8 @@ const SocketDir = "socket"
 
 // SocketName is the exporter's socket in SocketDir. The publish directory
 // holds a root-owned link of that name to it, so that pods find the socket
-// at <mount>/allocstats.sock.
-const SocketName = "allocstats.sock"
+// at <mount>/allocstats.sock, where the clients look.
+const SocketName = wire.SocketName
 
 // ParseOwner parses "uid:gid". An empty string means "leave ownership
 // alone" and returns ok false.

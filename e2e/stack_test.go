@@ -213,6 +213,9 @@ func (s *stack) start(name, bin string, args ...string) (*proc, error) {
 	cmd := exec.Command(bin, args...)
 	cmd.Dir = s.dir
 	cmd.Stdout, cmd.Stderr = f, f
+	// Killed with the test binary, also where it dies of its -timeout
+	// without stopping the stack.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("starting %s: %w", name, err)

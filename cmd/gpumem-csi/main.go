@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/common/version"
 	"google.golang.org/grpc"
 
+	"github.com/gpumem/gpumem_exporter/allocstats/wire"
 	"github.com/gpumem/gpumem_exporter/csi"
 	"github.com/gpumem/gpumem_exporter/internal/defaults"
 )
@@ -50,7 +51,7 @@ func parseFlags(args []string) (*options, error) {
 	app.Flag("csi.endpoint", "CSI endpoint to serve (a Unix socket), where node-driver-registrar and the kubelet find the plugin.").Default(csi.DefaultEndpoint).StringVar(&o.endpoint)
 	app.Flag("csi.driver-name", "CSI driver name; the CSIDriver object and the pods' csi: volumes use the same.").Default(csi.DefaultDriverName).StringVar(&o.driverName)
 	app.Flag("csi.node-id", "This node's id, reported by NodeGetInfo (the Kubernetes node name).").Envar("NODE_NAME").Required().StringVar(&o.nodeID)
-	app.Flag("csi.publish-dir", "Host directory bind-mounted read-only into each pod, root's: the Python client, the socket directory "+csi.SocketDir+"/ where the exporter creates "+csi.SocketName+", and a link "+csi.SocketName+" to it.").Default("/run/gpumem").StringVar(&o.publishDir)
+	app.Flag("csi.publish-dir", "Host directory bind-mounted read-only into each pod, root's: the Python client, the socket directory "+csi.SocketDir+"/ where the exporter creates "+csi.SocketName+", and a link "+csi.SocketName+" to it.").Default(wire.DefaultSocketDir).StringVar(&o.publishDir)
 	app.Flag("csi.pods-dir", "The kubelet's pods directory (<kubelet root-dir>/pods): volumes are published and unpublished only below it.").Default(defaults.CSIPodsDir).StringVar(&o.podsDir)
 	app.Flag("csi.client-dir", "Directory holding the Python client (gpumem/ and autostart/), copied at startup to <publish-dir>/"+csi.ClientsDir+"/; empty: copy nothing.").Default(defaults.CSIClientDir).StringVar(&o.clientDir)
 	app.Flag("csi.publish-dir-owner", "uid:gid given at startup to the socket directory <publish-dir>/"+csi.SocketDir+" (the rest of the publish directory is root's), so that the exporter container can run as that user; empty: leave it root's.").Default(fmt.Sprintf("%d:%d", defaults.NonRootID, defaults.NonRootID)).StringVar(&o.owner)

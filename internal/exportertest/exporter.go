@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -104,6 +105,11 @@ func Start(t testing.TB, command Command, args ...string) *Exporter {
 		e.Cmd.Env = ChildEnv()
 	}
 	e.Cmd.Stdout, e.Cmd.Stderr = e.Log, e.Log
+	if e.Cmd.SysProcAttr == nil {
+		// Killed with the test binary, also where it dies of its -timeout
+		// without running the cleanups.
+		e.Cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	}
 	if err := e.Cmd.Start(); err != nil {
 		t.Fatalf("starting the exporter: %v", err)
 	}
