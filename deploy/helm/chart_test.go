@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/gpumem/gpumem_exporter/deploy/kubernetes/manifestcheck"
+	"github.com/gpumem/gpumem_exporter/deploy/kubernetes/manifestcheck/manifestchecktest"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
@@ -185,24 +186,6 @@ func TestLint(t *testing.T) {
 	}
 }
 
-// one returns the only object of Go type T in objs, failing t otherwise.
-func one[T any](t *testing.T, objs []manifestcheck.Object) *T {
-	t.Helper()
-	obj, err := manifestcheck.One[T](objs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return obj
-}
-
-// report fails t with what a check found wrong, if anything.
-func report(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Error(err)
-	}
-}
-
 func cmpOr(s, def string) string {
 	if s == "" {
 		return def
@@ -279,18 +262,18 @@ func TestRenderedObjectsKeepTheContract(t *testing.T) {
 			if strings.TrimSpace(notes) == "" {
 				t.Error("NOTES.txt renders empty")
 			}
-			report(t, manifestcheck.CheckLabels(objs))
-			report(t, manifestcheck.CheckNamespaces(objs, tc.ns, tc.dashboardNS))
-			report(t, manifestcheck.None[corev1.Namespace](objs)) // helm install --create-namespace; labels documented
+			manifestchecktest.Report(t, manifestcheck.CheckLabels(objs))
+			manifestchecktest.Report(t, manifestcheck.CheckNamespaces(objs, tc.ns, tc.dashboardNS))
+			manifestchecktest.Report(t, manifestcheck.None[corev1.Namespace](objs)) // helm install --create-namespace; labels documented
 
-			ds := one[appsv1.DaemonSet](t, objs)
-			report(t, manifestcheck.CheckDaemonSet(ds, tc.ds))
-			report(t, manifestcheck.CheckRBAC(one[rbacv1.ClusterRole](t, objs), one[rbacv1.ClusterRoleBinding](t, objs),
-				one[corev1.ServiceAccount](t, objs), ds))
+			ds := manifestchecktest.One[appsv1.DaemonSet](t, objs)
+			manifestchecktest.Report(t, manifestcheck.CheckDaemonSet(ds, tc.ds))
+			manifestchecktest.Report(t, manifestcheck.CheckRBAC(manifestchecktest.One[rbacv1.ClusterRole](t, objs), manifestchecktest.One[rbacv1.ClusterRoleBinding](t, objs),
+				manifestchecktest.One[corev1.ServiceAccount](t, objs), ds))
 
-			svc := one[corev1.Service](t, objs)
+			svc := manifestchecktest.One[corev1.Service](t, objs)
 			if tc.monitoring {
-				report(t, manifestcheck.CheckService(ds, svc, one[manifestcheck.ServiceMonitor](t, objs), tc.promLabels))
+				manifestchecktest.Report(t, manifestcheck.CheckService(ds, svc, manifestchecktest.One[manifestcheck.ServiceMonitor](t, objs), tc.promLabels))
 				rules, fleet, err := manifestcheck.Rules(objs)
 				if err != nil {
 					t.Fatal(err)
@@ -298,45 +281,45 @@ func TestRenderedObjectsKeepTheContract(t *testing.T) {
 				if rules == nil {
 					t.Fatal("no PrometheusRule of rules.yml")
 				}
-				report(t, manifestcheck.CheckPrometheusRule(rules, rulesSource, tc.promLabels))
+				manifestchecktest.Report(t, manifestcheck.CheckPrometheusRule(rules, rulesSource, tc.promLabels))
 				switch {
 				case tc.fleet && fleet == nil:
 					t.Error("prometheusRule.fleet: no PrometheusRule of fleet-rules.yml")
 				case tc.fleet:
-					report(t, manifestcheck.CheckPrometheusRule(fleet, fleetSource, tc.promLabels))
+					manifestchecktest.Report(t, manifestcheck.CheckPrometheusRule(fleet, fleetSource, tc.promLabels))
 					if fleet.Name == rules.Name {
 						t.Errorf("both PrometheusRules are named %s", fleet.Name)
 					}
 				case fleet != nil:
 					t.Errorf("PrometheusRule %s of fleet-rules.yml without prometheusRule.fleet", fleet.Name)
 				}
-				report(t, manifestcheck.CheckDashboards(manifestcheck.All[corev1.ConfigMap](objs), dashboardsDir, "grafana_dashboard", "1"))
+				manifestchecktest.Report(t, manifestcheck.CheckDashboards(manifestcheck.All[corev1.ConfigMap](objs), dashboardsDir, "grafana_dashboard", "1"))
 				for _, cm := range manifestcheck.All[corev1.ConfigMap](objs) {
 					if tc.values == "custom.yaml" && cm.Annotations["grafana_folder"] != "GPU" {
 						t.Errorf("dashboard ConfigMap %s lacks the annotation grafana_folder=GPU", cm.Name)
 					}
 				}
 			} else {
-				report(t, manifestcheck.CheckService(ds, svc, nil, nil))
-				report(t, manifestcheck.None[manifestcheck.ServiceMonitor](objs))
-				report(t, manifestcheck.None[manifestcheck.PrometheusRule](objs))
-				report(t, manifestcheck.None[corev1.ConfigMap](objs))
+				manifestchecktest.Report(t, manifestcheck.CheckService(ds, svc, nil, nil))
+				manifestchecktest.Report(t, manifestcheck.None[manifestcheck.ServiceMonitor](objs))
+				manifestchecktest.Report(t, manifestcheck.None[manifestcheck.PrometheusRule](objs))
+				manifestchecktest.Report(t, manifestcheck.None[corev1.ConfigMap](objs))
 			}
 
 			if tc.ds.CSI {
 				driver := cmpOr(tc.ds.DriverName, manifestcheck.DefaultDriverName)
-				report(t, manifestcheck.CheckCSIDriver(one[storagev1.CSIDriver](t, objs), driver))
+				manifestchecktest.Report(t, manifestcheck.CheckCSIDriver(manifestchecktest.One[storagev1.CSIDriver](t, objs), driver))
 				if !strings.Contains(notes, "driver: "+driver) {
 					t.Errorf("NOTES.txt does not show the CSI volume of driver %s:\n%s", driver, notes)
 				}
 			} else {
-				report(t, manifestcheck.None[storagev1.CSIDriver](objs))
+				manifestchecktest.Report(t, manifestcheck.None[storagev1.CSIDriver](objs))
 			}
 
 			if tc.netpol != nil {
-				report(t, manifestcheck.CheckNetworkPolicy(one[networkingv1.NetworkPolicy](t, objs), ds, *tc.netpol))
+				manifestchecktest.Report(t, manifestcheck.CheckNetworkPolicy(manifestchecktest.One[networkingv1.NetworkPolicy](t, objs), ds, *tc.netpol))
 			} else {
-				report(t, manifestcheck.None[networkingv1.NetworkPolicy](objs))
+				manifestchecktest.Report(t, manifestcheck.None[networkingv1.NetworkPolicy](objs))
 			}
 		})
 	}
@@ -377,7 +360,7 @@ func TestChartRendersWhatKustomizeBuilds(t *testing.T) {
 			t.Errorf("%s differs between the chart and the kustomization: %s", what, firstDiff(h, k))
 		}
 	}
-	hds, kds := one[appsv1.DaemonSet](t, helmObjs), one[appsv1.DaemonSet](t, kustObjs)
+	hds, kds := manifestchecktest.One[appsv1.DaemonSet](t, helmObjs), manifestchecktest.One[appsv1.DaemonSet](t, kustObjs)
 	hspec, kspec := hds.Spec.Template.Spec, kds.Spec.Template.Spec
 	for i := range hspec.InitContainers {
 		if i < len(kspec.InitContainers) {
@@ -391,13 +374,13 @@ func TestChartRendersWhatKustomizeBuilds(t *testing.T) {
 	}
 	same("pod spec", hspec, kspec)
 	same("update strategy", hds.Spec.UpdateStrategy, kds.Spec.UpdateStrategy)
-	same("ClusterRole rules", one[rbacv1.ClusterRole](t, helmObjs).Rules, one[rbacv1.ClusterRole](t, kustObjs).Rules)
-	same("CSIDriver spec", one[storagev1.CSIDriver](t, helmObjs).Spec, one[storagev1.CSIDriver](t, kustObjs).Spec)
-	same("Service ports", one[corev1.Service](t, helmObjs).Spec.Ports, one[corev1.Service](t, kustObjs).Spec.Ports)
-	hsm, ksm := one[manifestcheck.ServiceMonitor](t, helmObjs), one[manifestcheck.ServiceMonitor](t, kustObjs)
+	same("ClusterRole rules", manifestchecktest.One[rbacv1.ClusterRole](t, helmObjs).Rules, manifestchecktest.One[rbacv1.ClusterRole](t, kustObjs).Rules)
+	same("CSIDriver spec", manifestchecktest.One[storagev1.CSIDriver](t, helmObjs).Spec, manifestchecktest.One[storagev1.CSIDriver](t, kustObjs).Spec)
+	same("Service ports", manifestchecktest.One[corev1.Service](t, helmObjs).Spec.Ports, manifestchecktest.One[corev1.Service](t, kustObjs).Spec.Ports)
+	hsm, ksm := manifestchecktest.One[manifestcheck.ServiceMonitor](t, helmObjs), manifestchecktest.One[manifestcheck.ServiceMonitor](t, kustObjs)
 	same("ServiceMonitor endpoints", hsm.Spec.Endpoints, ksm.Spec.Endpoints)
 	same("ServiceMonitor sampleLimit", deref(hsm.Spec.SampleLimit), deref(ksm.Spec.SampleLimit))
-	same("PrometheusRule groups", one[manifestcheck.PrometheusRule](t, helmObjs).Spec, one[manifestcheck.PrometheusRule](t, kustObjs).Spec)
+	same("PrometheusRule groups", manifestchecktest.One[manifestcheck.PrometheusRule](t, helmObjs).Spec, manifestchecktest.One[manifestcheck.PrometheusRule](t, kustObjs).Spec)
 	dashboards := func(objs []manifestcheck.Object) map[string]string {
 		m := map[string]string{}
 		for _, cm := range manifestcheck.All[corev1.ConfigMap](objs) {

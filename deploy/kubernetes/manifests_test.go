@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/gpumem/gpumem_exporter/deploy/kubernetes/manifestcheck"
+	"github.com/gpumem/gpumem_exporter/deploy/kubernetes/manifestcheck/manifestchecktest"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -267,24 +268,6 @@ func decodeFile(t *testing.T, path string) []manifestcheck.Object {
 	return objs
 }
 
-// one returns the only object of Go type T in objs, failing t otherwise.
-func one[T any](t *testing.T, objs []manifestcheck.Object) *T {
-	t.Helper()
-	obj, err := manifestcheck.One[T](objs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return obj
-}
-
-// report fails t with what a check found wrong, if anything.
-func report(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Error(err)
-	}
-}
-
 // rules returns the PrometheusRules of rules.yml and fleet-rules.yml in
 // objs (nil where absent), failing t on any other.
 func rules(t *testing.T, objs []manifestcheck.Object) (base, fleet *manifestcheck.PrometheusRule) {
@@ -298,10 +281,10 @@ func rules(t *testing.T, objs []manifestcheck.Object) (base, fleet *manifestchec
 
 func TestKustomizeBuildKeepsTheContract(t *testing.T) {
 	objs := built(t)
-	report(t, manifestcheck.CheckLabels(objs))
-	report(t, manifestcheck.CheckNamespaces(objs, namespace, namespace))
+	manifestchecktest.Report(t, manifestcheck.CheckLabels(objs))
+	manifestchecktest.Report(t, manifestcheck.CheckNamespaces(objs, namespace, namespace))
 
-	ns := one[corev1.Namespace](t, objs)
+	ns := manifestchecktest.One[corev1.Namespace](t, objs)
 	if ns.Name != namespace {
 		t.Errorf("namespace %q, want %q", ns.Name, namespace)
 	}
@@ -311,8 +294,8 @@ func TestKustomizeBuildKeepsTheContract(t *testing.T) {
 		}
 	}
 
-	ds := one[appsv1.DaemonSet](t, objs)
-	report(t, manifestcheck.CheckDaemonSet(ds, manifestcheck.DaemonSetWant{CSI: true, Image: "ghcr.io/gpumem/gpumem_exporter:0.1.0"}))
+	ds := manifestchecktest.One[appsv1.DaemonSet](t, objs)
+	manifestchecktest.Report(t, manifestcheck.CheckDaemonSet(ds, manifestcheck.DaemonSetWant{CSI: true, Image: "ghcr.io/gpumem/gpumem_exporter:0.1.0"}))
 	// The namespace is privileged because nothing less admits the pod.
 	if v, err := manifestcheck.PodSecurityViolations(psaapi.LevelBaseline, &ds.Spec.Template.ObjectMeta, &ds.Spec.Template.Spec); err != nil {
 		t.Error(err)
@@ -322,23 +305,23 @@ func TestKustomizeBuildKeepsTheContract(t *testing.T) {
 		t.Logf("baseline forbids the exporter pod, as documented: %s", v)
 	}
 
-	report(t, manifestcheck.CheckRBAC(one[rbacv1.ClusterRole](t, objs), one[rbacv1.ClusterRoleBinding](t, objs),
-		one[corev1.ServiceAccount](t, objs), ds))
-	report(t, manifestcheck.CheckService(ds, one[corev1.Service](t, objs), one[manifestcheck.ServiceMonitor](t, objs), nil))
-	report(t, manifestcheck.CheckCSIDriver(one[storagev1.CSIDriver](t, objs), manifestcheck.DefaultDriverName))
-	report(t, manifestcheck.CheckPrometheusRule(one[manifestcheck.PrometheusRule](t, objs), rulesSource, nil))
-	report(t, manifestcheck.CheckDashboards(manifestcheck.All[corev1.ConfigMap](objs), dashboardsDir, "grafana_dashboard", "1"))
-	report(t, manifestcheck.None[networkingv1.NetworkPolicy](objs))
+	manifestchecktest.Report(t, manifestcheck.CheckRBAC(manifestchecktest.One[rbacv1.ClusterRole](t, objs), manifestchecktest.One[rbacv1.ClusterRoleBinding](t, objs),
+		manifestchecktest.One[corev1.ServiceAccount](t, objs), ds))
+	manifestchecktest.Report(t, manifestcheck.CheckService(ds, manifestchecktest.One[corev1.Service](t, objs), manifestchecktest.One[manifestcheck.ServiceMonitor](t, objs), nil))
+	manifestchecktest.Report(t, manifestcheck.CheckCSIDriver(manifestchecktest.One[storagev1.CSIDriver](t, objs), manifestcheck.DefaultDriverName))
+	manifestchecktest.Report(t, manifestcheck.CheckPrometheusRule(manifestchecktest.One[manifestcheck.PrometheusRule](t, objs), rulesSource, nil))
+	manifestchecktest.Report(t, manifestcheck.CheckDashboards(manifestcheck.All[corev1.ConfigMap](objs), dashboardsDir, "grafana_dashboard", "1"))
+	manifestchecktest.Report(t, manifestcheck.None[networkingv1.NetworkPolicy](objs))
 }
 
 func exampleJob(t *testing.T, file string) *batchv1.Job {
 	t.Helper()
-	return one[batchv1.Job](t, decodeFile(t, file))
+	return manifestchecktest.One[batchv1.Job](t, decodeFile(t, file))
 }
 
 func TestExampleWorkloads(t *testing.T) {
 	objs := built(t)
-	driver := one[storagev1.CSIDriver](t, objs).Name
+	driver := manifestchecktest.One[storagev1.CSIDriver](t, objs).Name
 	for _, tc := range []struct {
 		file string
 		want manifestcheck.WorkloadWant
@@ -353,14 +336,14 @@ func TestExampleWorkloads(t *testing.T) {
 			if job.Namespace != "" {
 				t.Errorf("the example names namespace %q: leave it to kubectl -n", job.Namespace)
 			}
-			report(t, manifestcheck.CheckWorkload(&job.Spec.Template.ObjectMeta, &job.Spec.Template.Spec, tc.want))
+			manifestchecktest.Report(t, manifestcheck.CheckWorkload(&job.Spec.Template.ObjectMeta, &job.Spec.Template.Spec, tc.want))
 		})
 	}
 }
 
 func TestNetworkPolicyExample(t *testing.T) {
-	np := one[networkingv1.NetworkPolicy](t, decodeFile(t, "networkpolicy.yaml"))
-	report(t, manifestcheck.CheckNetworkPolicy(np, one[appsv1.DaemonSet](t, built(t)), networkingv1.NetworkPolicyPeer{
+	np := manifestchecktest.One[networkingv1.NetworkPolicy](t, decodeFile(t, "networkpolicy.yaml"))
+	manifestchecktest.Report(t, manifestcheck.CheckNetworkPolicy(np, manifestchecktest.One[appsv1.DaemonSet](t, built(t)), networkingv1.NetworkPolicyPeer{
 		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "monitoring"}},
 		PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/name": "prometheus"}},
 	}))
@@ -391,7 +374,7 @@ func TestCSIFlagsExist(t *testing.T) {
 	if !defined["csi.endpoint"] {
 		t.Fatalf("found no csi.endpoint flag in cmd/gpumem-csi (%d flags): did the binary move?", len(defined))
 	}
-	ds := one[appsv1.DaemonSet](t, built(t))
+	ds := manifestchecktest.One[appsv1.DaemonSet](t, built(t))
 	for _, c := range ds.Spec.Template.Spec.InitContainers {
 		if c.Name != manifestcheck.CSIContainer {
 			continue
@@ -442,10 +425,10 @@ func TestDocumentedOverlayBuilds(t *testing.T) {
 	}
 	objs := kustomize(t, "the documented overlay", dir)
 	release := map[string]string{"release": "kube-prometheus-stack"}
-	ds := one[appsv1.DaemonSet](t, objs)
-	report(t, manifestcheck.CheckService(ds, one[corev1.Service](t, objs), one[manifestcheck.ServiceMonitor](t, objs), release))
-	report(t, manifestcheck.CheckPrometheusRule(one[manifestcheck.PrometheusRule](t, objs), rulesSource, release))
-	report(t, manifestcheck.CheckDaemonSet(ds, manifestcheck.DaemonSetWant{CSI: true, Image: "registry.example.com/gpumem_exporter:0.1.0"}))
+	ds := manifestchecktest.One[appsv1.DaemonSet](t, objs)
+	manifestchecktest.Report(t, manifestcheck.CheckService(ds, manifestchecktest.One[corev1.Service](t, objs), manifestchecktest.One[manifestcheck.ServiceMonitor](t, objs), release))
+	manifestchecktest.Report(t, manifestcheck.CheckPrometheusRule(manifestchecktest.One[manifestcheck.PrometheusRule](t, objs), rulesSource, release))
+	manifestchecktest.Report(t, manifestcheck.CheckDaemonSet(ds, manifestcheck.DaemonSetWant{CSI: true, Image: "registry.example.com/gpumem_exporter:0.1.0"}))
 }
 
 // The fleet-rules component adds the PrometheusRule of fleet-rules.yml
@@ -468,14 +451,14 @@ func TestFleetRulesComponentBuilds(t *testing.T) {
 		t.Fatal(err)
 	}
 	objs := kustomize(t, "an overlay with the fleet-rules component", dir)
-	report(t, manifestcheck.CheckLabels(objs))
-	report(t, manifestcheck.CheckNamespaces(objs, namespace, namespace))
+	manifestchecktest.Report(t, manifestcheck.CheckLabels(objs))
+	manifestchecktest.Report(t, manifestcheck.CheckNamespaces(objs, namespace, namespace))
 	base, fleet := rules(t, objs)
 	if base == nil || fleet == nil {
 		t.Fatalf("PrometheusRules: rules.yml's %v, fleet-rules.yml's %v; want both", base != nil, fleet != nil)
 	}
-	report(t, manifestcheck.CheckPrometheusRule(base, rulesSource, nil))
-	report(t, manifestcheck.CheckPrometheusRule(fleet, fleetSource, nil))
+	manifestchecktest.Report(t, manifestcheck.CheckPrometheusRule(base, rulesSource, nil))
+	manifestchecktest.Report(t, manifestcheck.CheckPrometheusRule(fleet, fleetSource, nil))
 
 	if base, fleet := rules(t, built(t)); base == nil || fleet != nil {
 		t.Error("kubectl apply -k deploy/kubernetes: want rules.yml's PrometheusRule only")
