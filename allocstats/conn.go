@@ -24,6 +24,11 @@ type welcome struct {
 	// OOMVerdict: the daemon answers an oom message with a verdict
 	// message, so a client may wait for it before its process exits.
 	OOMVerdict bool `json:"oom_verdict,omitempty"`
+	// WarnBeforeSeconds: the daemon sends a warning message when it
+	// foresees the process running out of memory within this many
+	// seconds (unless the client asked for another threshold in its
+	// hello); absent: it sends none.
+	WarnBeforeSeconds *float64 `json:"warn_before_seconds,omitempty"`
 }
 
 // deadlineSlack is how far the read deadline may lag behind the idle
@@ -92,6 +97,7 @@ func (s *Server) handle(cs *connState, acceptedAt time.Duration) {
 		session:     s.store.Open(p.id, s.cfg.MaxDevices),
 		lastMessage: time.Now(),
 	}
+	conn.session.Listen(conn.reply) // the daemon's warnings
 	level.Debug(conn.logger).Log("msg", "allocstats connection opened", "start_time", p.id.StartTime)
 	err = conn.serve()
 	var ec *errClose
@@ -301,13 +307,18 @@ func (cn *connection) complain(typ, result string, err error) {
 }
 
 func (cn *connection) sendWelcome() error {
-	b, err := json.Marshal(welcome{
+	w := welcome{
 		V:          wire.ProtocolVersion,
 		Type:       "welcome",
 		IntervalMS: cn.s.cfg.Interval.Milliseconds(),
 		Server:     cn.s.cfg.ServerVersion,
 		OOMVerdict: cn.s.cfg.OOMVerdict,
-	})
+	}
+	if cn.s.cfg.WarnBefore > 0 {
+		secs := cn.s.cfg.WarnBefore.Seconds()
+		w.WarnBeforeSeconds = &secs
+	}
+	b, err := json.Marshal(w)
 	if err != nil {
 		return fmt.Errorf("encoding welcome: %w", err)
 	}
@@ -331,13 +342,13 @@ func (cn *connection) write(line []byte) error {
 	return err
 }
 
-// reply sends a line back to the process (an OOM's verdict). A process
-// that no longer reads, or has exited, simply does not get it.
+// reply sends a line back to the process (an OOM's verdict, a warning). A
+// process that no longer reads, or has exited, simply does not get it.
 func (cn *connection) reply(line []byte) {
 	if len(line) == 0 || len(line) > cn.s.cfg.MaxMessageBytes || line[len(line)-1] != '\n' {
 		return
 	}
 	if err := cn.write(line); err != nil {
-		level.Debug(cn.logger).Log("msg", "OOM verdict not delivered", "err", err)
+		level.Debug(cn.logger).Log("msg", "message to the client not delivered", "err", err)
 	}
 }

@@ -42,7 +42,7 @@ func (s *Store) hello(bound *procEntry, id Identity, h wire.Hello) (*procEntry, 
 		if err := lockBound(bound); err != nil {
 			return bound, err
 		}
-		bound.framework, bound.frameworkVersion, bound.client = h.Framework, h.FrameworkVersion, h.Client
+		bound.framework, bound.frameworkVersion, bound.client, bound.warnBefore = h.Framework, h.FrameworkVersion, h.Client, h.WarnBefore
 		bound.mu.Unlock()
 		s.version.Add(1)
 		return bound, nil
@@ -54,7 +54,7 @@ func (s *Store) hello(bound *procEntry, id Identity, h wire.Hello) (*procEntry, 
 		return nil, err
 	}
 	e.mu.Lock()
-	e.framework, e.frameworkVersion, e.client = h.Framework, h.FrameworkVersion, h.Client
+	e.framework, e.frameworkVersion, e.client, e.warnBefore = h.Framework, h.FrameworkVersion, h.Client, h.WarnBefore
 	e.mu.Unlock()
 	s.version.Add(1)
 	return e, nil
@@ -118,11 +118,12 @@ func (d *deviceEntry) apply(r DeviceReport, now time.Time) {
 	// The floor goes with active: a report without active exports
 	// neither.
 	st.ActiveFloor = Optional{}
+	at := r.At
+	if at.IsZero() {
+		at = now
+	}
+	st.SampledAt = at
 	if r.Active.OK {
-		at := r.At
-		if at.IsZero() {
-			at = now
-		}
 		d.floor.Observe(at, r.Active.V)
 		if v, ok := d.floor.Floor(); ok {
 			st.ActiveFloor = Some(v)

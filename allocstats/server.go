@@ -50,6 +50,10 @@ type Config struct {
 	// OOMVerdict is advertised in welcome: something answers OOM events
 	// through OOMEvent.Reply.
 	OOMVerdict bool
+	// WarnBefore is advertised in welcome: something sends a warning
+	// message (Store.Send) when it foresees a process running out of
+	// memory within this long. 0: nothing does.
+	WarnBefore time.Duration
 	// KnownDevice maps a normalised UUID to NVML's spelling and the
 	// device's total memory (0 when unknown), ok false when NVML does not
 	// know the device. Byte counts a client sends are clamped to the

@@ -38,6 +38,9 @@ type Session struct {
 	maxDevices int
 	entry      *procEntry // nil before the first accepted message
 	closed     bool
+	// listen, when set, takes the daemon's messages to the client
+	// (Store.Send): set before the first message.
+	listen func(line []byte)
 }
 
 // Open starts a session of the process id, whose reports may name at most
@@ -56,7 +59,7 @@ func (ss *Session) Hello(h Hello) error {
 	if ss.closed {
 		return errSessionClosed
 	}
-	h = Hello{Framework: wire.Sanitize(h.Framework), FrameworkVersion: wire.Sanitize(h.FrameworkVersion), Client: wire.Sanitize(h.Client)}
+	h = Hello{Framework: wire.Sanitize(h.Framework), FrameworkVersion: wire.Sanitize(h.FrameworkVersion), Client: wire.Sanitize(h.Client), WarnBefore: h.WarnBefore}
 	return ss.bind(ss.store.hello(ss.entry, ss.id, h))
 }
 
@@ -80,6 +83,12 @@ func (ss *Session) OOM(m OOMMessage, now time.Time, reply func(line []byte)) (OO
 	return ev, ss.bind(e, err)
 }
 
+// Listen makes f the way the daemon's messages reach this session's
+// client (a warning, Store.Send), from the session's first accepted
+// message until Close. f must not block for long; it is called from the
+// sender's goroutine. Call it before the session's first message.
+func (ss *Session) Listen(f func(line []byte)) { ss.listen = f }
+
 // Close ends the session: the client went away at now. The process stays
 // connected while another of its sessions is open; after the last one,
 // the TTL runs from now. Close is idempotent; a closed session takes no
@@ -89,13 +98,64 @@ func (ss *Session) Close(now time.Time) {
 		return
 	}
 	ss.closed = true
+	ss.unlisten()
 	ss.store.release(ss.entry, now)
 }
 
-// bind records the entry a store call returned.
+// bind records the entry a store call returned, and puts the session
+// among the entry's listeners where it listens.
 func (ss *Session) bind(e *procEntry, err error) error {
-	if err == nil {
-		ss.entry = e
+	if err != nil || e == ss.entry {
+		return err
 	}
-	return err
+	ss.unlisten()
+	ss.entry = e
+	if ss.listen != nil && e != nil {
+		e.mu.Lock()
+		e.listeners = append(e.listeners, ss)
+		e.mu.Unlock()
+	}
+	return nil
+}
+
+// unlisten takes the session out of its entry's listeners.
+func (ss *Session) unlisten() {
+	e := ss.entry
+	if e == nil || ss.listen == nil {
+		return
+	}
+	e.mu.Lock()
+	for i, l := range e.listeners {
+		if l == ss {
+			e.listeners = append(e.listeners[:i:i], e.listeners[i+1:]...)
+			break
+		}
+	}
+	e.mu.Unlock()
+}
+
+// Send hands line to every open session of the process pid that started
+// at start (0: whichever runs under pid) that listens, and says to how
+// many. A process that exited, or that no session of which listens, gets
+// nothing.
+func (s *Store) Send(pid uint32, start uint64, line []byte) int {
+	sorted := s.sorted()
+	i := sortedIndex(sorted, pid)
+	if i == len(sorted) || sorted[i].pid != pid {
+		return 0
+	}
+	e := sorted[i]
+	if start != 0 && e.startTime != start {
+		return 0
+	}
+	e.mu.Lock()
+	fs := make([]func([]byte), 0, len(e.listeners))
+	for _, l := range e.listeners {
+		fs = append(fs, l.listen)
+	}
+	e.mu.Unlock()
+	for _, f := range fs {
+		f(line)
+	}
+	return len(fs)
 }

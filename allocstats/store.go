@@ -34,6 +34,10 @@ type DeviceStats struct {
 	LastOOMTime    time.Time // zero if none
 	// LastReport is when a stats or oom message last named the device.
 	LastReport time.Time
+	// SampledAt is when the allocator state above was sampled: the
+	// report's own time where its source sets one (the simulated node's
+	// clock), else when it was received. Trends are read on this clock.
+	SampledAt time.Time
 }
 
 // Inactive is reserved minus active (cached but unused), never below zero.
@@ -55,7 +59,10 @@ type Process struct {
 	Framework        string
 	FrameworkVersion string
 	Client           string
-	Connected        bool // at least one session of the process is open
+	// WarnBefore is the estimate of the time to OOM under which the
+	// process asked for a warning in its hello (absent: the default).
+	WarnBefore Optional
+	Connected  bool // at least one session of the process is open
 	// Exited says the process exited: it is kept for the linger (see
 	// Store.SetLinger) so that its final counters are exported; its
 	// memory fields describe memory it no longer holds.
@@ -158,7 +165,11 @@ type procEntry struct {
 	framework        string
 	frameworkVersion string
 	client           string
+	warnBefore       Optional
 	devices          []*deviceEntry // sorted by UUID
+	// listeners are the open sessions bound to the entry that take the
+	// daemon's messages (Session.Listen): Send writes to them.
+	listeners []*Session
 }
 
 type deviceEntry struct {
@@ -255,6 +266,7 @@ func (e *procEntry) snapshotLocked(devs []DeviceStats) Process {
 		Framework:        e.framework,
 		FrameworkVersion: e.frameworkVersion,
 		Client:           e.client,
+		WarnBefore:       e.warnBefore,
 		Connected:        e.conns.Load() > 0,
 		Devices:          devs,
 	}

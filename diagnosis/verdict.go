@@ -116,6 +116,9 @@ type Input struct {
 	Others []Process
 	// Trend is Self's active memory over the minutes before.
 	Trend Trend
+	// Forecast is the daemon's last estimate of Self's time to OOM before
+	// the failure, nil when no climb was measured.
+	Forecast *Forecast
 }
 
 // Figures are the numbers a verdict rests on, by name (bytes in names
@@ -261,7 +264,7 @@ func Diagnose(in Input) Verdict {
 	steadily := f.growingSteadily()
 	held := map[Cause]bool{
 		TooLarge:      f.hasAllowed && in.Requested > f.allowed,
-		Fragmentation: f.hasInactive && in.Requested > 0 && f.inactive >= in.Requested,
+		Fragmentation: f.fragmented(),
 		Leak:          f.leaking(),
 		// Past its own limit, or alone (nearly) on a GPU without room:
 		// the GPU is then its limit.
@@ -278,14 +281,14 @@ func Diagnose(in Input) Verdict {
 		cause = Leak
 	case held[Limit] && !f.noRoom:
 		// Past its own limit with the GPU's room: the limit, unless the
-		// request would have fitted in its own cache.
+		// request would have fitted in its own cache, with room to go on.
 		cause = Limit
-		if held[Fragmentation] {
+		if held[Fragmentation] && f.fragmentationMaterial() {
 			cause = Fragmentation
 		}
 	case steadily:
 		cause = Growth
-	case held[Fragmentation]:
+	case held[Fragmentation] && f.fragmentationMaterial():
 		cause = Fragmentation
 	case f.noRoom && held[Neighbours] && f.others.inactive >= f.shortfall:
 		// Cache another process could hand back covers the shortfall.
@@ -343,11 +346,55 @@ func climbing(v [Segments]uint64, fallTol, tol, need uint64, toTheEnd bool) bool
 // by at least what the request was short of.
 func (f *facts) leaking() bool {
 	t := f.in.Trend
-	if t.Span < minClimb {
+	if !t.OK() {
 		return false
 	}
-	return climbing(t.Floors, minMaterial/8, minMaterial/8, max(uint64(minMaterial), f.overshoot), true)
+	need := max(uint64(minMaterial), f.overshoot)
+	if t.Span >= minClimb {
+		return climbing(t.Floors, minMaterial/8, minMaterial/8, need, true)
+	}
+	// A shorter trend: a leak only when the floor rose in every stretch
+	// and by much: several times where it started, or most of what the
+	// process may hold. A model's load rises, then stays flat.
+	for i := 1; i < Segments; i++ {
+		if t.Floors[i] <= t.Floors[i-1]+minMaterial/8 {
+			return false
+		}
+	}
+	r := rise(t.Floors[0], t.Floors[Segments-1])
+	much := r >= shortLeakTimes*t.Floors[0] || (f.hasAllowed && r >= f.allowed/2)
+	// The request is one step's, small beside the climb: a load that
+	// ends in one large allocation (a KV cache) is no leak.
+	small := f.in.Requested <= r/shortLeakTimes
+	return r >= need && much && small
 }
+
+// shortLeakTimes: over a trend shorter than minClimb, a floor that rose by
+// this many times where it started is a leak.
+const shortLeakTimes = 3
+
+// fragmented: the process's own inactive memory would have covered the
+// request.
+func (f *facts) fragmented() bool {
+	return f.hasInactive && f.in.Requested > 0 && f.inactive >= f.in.Requested
+}
+
+// fragmentationMaterial: the cache that did not fit would have let the
+// process go on for a while: where its memory climbed, at least
+// fragmentationRunway at the climb's rate beyond the request.
+func (f *facts) fragmentationMaterial() bool {
+	if !f.fragmented() {
+		return false
+	}
+	if fc := f.in.Forecast; fc != nil && fc.Rate > 0 {
+		return float64(f.inactive-f.in.Requested) >= fc.Rate*fragmentationRunway.Seconds()
+	}
+	return true
+}
+
+// fragmentationRunway: fragmentation is the cause when its cache would
+// have held the climb this long beyond the failing request.
+const fragmentationRunway = time.Minute
 
 // growingSteadily: the peak climbed over the minutes before while the
 // floor stayed flat: the last stretch's peak is the highest (within a
@@ -421,6 +468,10 @@ func (f *facts) figures(cause Cause) Figures {
 	}
 	if cause == Contexts || f.contextsMaterial() {
 		fig["contexts_bytes"] = f.contexts
+	}
+	if fc := in.Forecast; fc != nil {
+		fig["time_to_oom_seconds"] = uint64(fc.ETA.Seconds())
+		fig["climb_bytes_per_minute"] = uint64(fc.Rate * 60)
 	}
 	if t := in.Trend; t.OK() {
 		fig["trend_seconds"] = uint64(t.Span.Seconds())

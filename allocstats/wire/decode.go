@@ -81,6 +81,10 @@ type Hello struct {
 	Framework        string
 	FrameworkVersion string
 	Client           string
+	// WarnBefore is the estimated time to OOM (seconds) under which the
+	// client asks to be sent a warning message; absent: the daemon's
+	// default (--oom.warn-before); 0: no warnings.
+	WarnBefore Optional
 }
 
 // OOMMessage is a decoded oom message.
@@ -131,6 +135,7 @@ type wireMessage struct {
 	Framework        json.RawMessage `json:"framework"`
 	FrameworkVersion json.RawMessage `json:"framework_version"`
 	Client           json.RawMessage `json:"client"`
+	WarnBefore       json.RawMessage `json:"warn_before_seconds"`
 	Devices          *[]wireDevice   `json:"devices"`
 	UUID             json.RawMessage `json:"uuid"`
 	RequestedBytes   json.RawMessage `json:"requested_bytes"`
@@ -248,6 +253,10 @@ func decodeHello(w *wireMessage) (Message, error) {
 			return Message{}, rejected(TypeHello, "%q is not a string", f.name)
 		}
 		*f.dst = Sanitize(s)
+	}
+	var err error
+	if msg.Hello.WarnBefore, err = optionalUint("warn_before_seconds", w.WarnBefore); err != nil {
+		return Message{}, rejected(TypeHello, "%v", err)
 	}
 	return msg, nil
 }

@@ -205,6 +205,8 @@ func (w *wireMessage) field(k []byte) *json.RawMessage {
 		return &w.FrameworkVersion
 	case "client":
 		return &w.Client
+	case "warn_before_seconds":
+		return &w.WarnBefore
 	case "uuid":
 		return &w.UUID
 	case "requested_bytes":

@@ -339,8 +339,19 @@ func newProgram(p *proc, capacity uint64, shared uint64) *program {
 		g.weights = uint64(total * between(job, 0.4, 0.6))
 		g.pool = uint64(total) - g.weights
 	}
+	// Most of a load is reading the checkpoint, with only the context on
+	// the GPU; the weights then arrive in a few one-second chunks: a
+	// model's load is a few steps up, then flat.
+	if g.loadSteps > maxLoadChunks {
+		g.prepare += time.Duration(g.loadSteps-maxLoadChunks) * time.Second
+		g.loadSteps = maxLoadChunks
+	}
 	return g
 }
+
+// maxLoadChunks is the most one-second chunks a model's weights take to
+// reach the GPU.
+const maxLoadChunks = 4
 
 // step returns the next step of p, starting at now. capacity says how much
 // p's allocator could reserve now (a spike asks for more).

@@ -1,0 +1,196 @@
+package diagnosis
+
+import (
+	"math"
+	"slices"
+	"time"
+)
+
+// Climb is a steady rise of a process's active memory, measured on its
+// history: of its floor (what stays from step to step: a leak) or of the
+// peak of its steps over a flat floor (a growing batch).
+type Climb struct {
+	// Cause is Leak when the floor climbs, Growth when only the peak does.
+	Cause Cause
+	// Rate is how fast the climbing series rose, in bytes per second.
+	Rate float64
+	// Span is how long it has climbed: the longest window of the history,
+	// ending at its newest sample, that climbed in each of its stretches.
+	Span time.Duration
+	// From and To are the climbing series in the first and the last
+	// stretch of the span (the floor for a leak, the peak for growth).
+	From, To uint64
+	// Level is the peak of active memory in the last stretch: what meets
+	// the ceiling first.
+	Level uint64
+	// At is the time of the newest sample.
+	At time.Time
+}
+
+// Forecast is when a climb would run the process out of memory.
+type Forecast struct {
+	Climb
+	// Ceiling is what the allocator can hold at most: the process's
+	// limit, or what it holds plus the GPU's free memory; CeilingIsLimit
+	// says it is the limit.
+	Ceiling        uint64
+	CeilingIsLimit bool
+	// ETA is how long until Level reaches Ceiling at Rate (0 when it has).
+	ETA time.Duration
+}
+
+// What a climb must show (package diagnosis's thresholds are in
+// docs/oom.md).
+const (
+	// climbTol is the least rise of a stretch that counts as a rise.
+	climbTol = minMaterial / 32
+	// minPeakShare: a climb of the peak alone must add this share of the
+	// peak over its span (the batch-to-batch spread of steady training
+	// stays under it).
+	minPeakShare = 20
+)
+
+// climbWindows are the spans a climb is looked for in, longest first: the
+// longest that climbs gives the rate. A climb needs at least the shortest
+// (of the floor) to be told from a model's load, which takes a few
+// seconds and then stays flat; a climb of the peak alone needs at least
+// minPeakClimb.
+var climbWindows = []time.Duration{Window, 2 * time.Minute, time.Minute, 30 * time.Second}
+
+// minPeakClimb is the least span of a climb of the peak alone: a batch's
+// peak varies from step to step, a growing batch over minutes.
+const minPeakClimb = 2 * time.Minute
+
+// Foresee says when climb would reach ceiling.
+func Foresee(c Climb, ceiling uint64, isLimit bool) Forecast {
+	f := Forecast{Climb: c, Ceiling: ceiling, CeilingIsLimit: isLimit}
+	if c.Level < ceiling && c.Rate > 0 {
+		secs := float64(ceiling-c.Level) / c.Rate
+		f.ETA = time.Duration(math.Min(secs, float64(math.MaxInt64/2)/1e9) * float64(time.Second))
+	}
+	return f
+}
+
+// Climb says whether k's active memory is climbing at end (the time of
+// its newest sample), and how.
+func (h *History) Climb(k Key, end time.Time) (Climb, bool) {
+	endN := bucketNumber(end)
+	h.mu.Lock()
+	s := h.series[k]
+	var got []bucket
+	if s != nil {
+		for _, b := range s.buckets {
+			if b.ok && b.n <= endN && b.n > endN-int64(buckets) {
+				got = append(got, b)
+			}
+		}
+	}
+	h.mu.Unlock()
+	if len(got) < minBuckets {
+		return Climb{}, false
+	}
+	slices.SortFunc(got, func(a, b bucket) int { return int(a.n - b.n) })
+	for _, w := range climbWindows {
+		if c, ok := climbIn(got, endN, w); ok {
+			c.At = end
+			return c, true
+		}
+	}
+	return Climb{}, false
+}
+
+// climbIn looks for a climb in the buckets of the window w that ends with
+// bucket endN. bs is sorted oldest first.
+func climbIn(bs []bucket, endN int64, w time.Duration) (Climb, bool) {
+	width := int64(w / Bucket)
+	startN := endN - width + 1
+	i, _ := slices.BinarySearchFunc(bs, startN, func(b bucket, n int64) int { return int(b.n - n) })
+	in := bs[i:]
+	// The samples must cover the window: some in its first quarter, and
+	// in at least minBuckets buckets.
+	if len(in) < minBuckets || in[0].n > startN+width/4 {
+		return Climb{}, false
+	}
+	var floors, peaks [Segments]uint64
+	var seen [Segments]bool
+	for _, b := range in {
+		j := int((b.n - startN) * Segments / width)
+		if !seen[j] {
+			floors[j], peaks[j], seen[j] = b.lo, b.hi, true
+			continue
+		}
+		floors[j], peaks[j] = min(floors[j], b.lo), max(peaks[j], b.hi)
+	}
+	for _, ok := range seen {
+		if !ok {
+			return Climb{}, false // a stretch without samples says nothing
+		}
+	}
+	c := Climb{Span: w, Level: peaks[Segments-1]}
+	switch {
+	case floorClimbs(floors):
+		c.Cause, c.From, c.To = Leak, floors[0], floors[Segments-1]
+		c.Rate = slope(in, func(b bucket) uint64 { return b.lo })
+	case w >= minPeakClimb && peakClimbs(floors, peaks):
+		c.Cause, c.From, c.To = Growth, peaks[0], peaks[Segments-1]
+		// From the middle of the first stretch to that of the last.
+		c.Rate = float64(peaks[Segments-1]-peaks[0]) / (w.Seconds() * (Segments - 1) / Segments)
+	default:
+		return Climb{}, false
+	}
+	return c, c.Rate > 0
+}
+
+// floorClimbs: the floor rose in every stretch, by climbTol at least, and
+// by minMaterial in all.
+func floorClimbs(f [Segments]uint64) bool {
+	for i := 1; i < Segments; i++ {
+		if f[i] <= f[i-1]+climbTol {
+			return false
+		}
+	}
+	return f[Segments-1]-f[0] >= minMaterial
+}
+
+// peakClimbs: the peak never fell, rose in at least two stretches and in
+// all by a twentieth of itself (and minMaterial), stands highest in the
+// last stretch, while the floor rose by less than a quarter of that.
+func peakClimbs(f, p [Segments]uint64) bool {
+	top := slices.Max(p[:])
+	if p[Segments-1] < top {
+		return false
+	}
+	ups := 0
+	for i := 1; i < Segments; i++ {
+		if p[i]+top/200 < p[i-1] {
+			return false
+		}
+		if p[i] > p[i-1]+max(climbTol, top/100) {
+			ups++
+		}
+	}
+	r := rise(p[0], p[Segments-1])
+	return ups >= 2 && r >= max(uint64(minMaterial), top/minPeakShare) && rise(f[0], f[Segments-1]) < r/4
+}
+
+// slope is the least-squares rate of v over the buckets, in bytes per
+// second.
+func slope(bs []bucket, v func(bucket) uint64) float64 {
+	n := float64(len(bs))
+	var sx, sy float64
+	for _, b := range bs {
+		sx += float64(b.n)
+		sy += float64(v(b))
+	}
+	mx, my := sx/n, sy/n
+	var sxy, sxx float64
+	for _, b := range bs {
+		dx := float64(b.n) - mx
+		sxy += dx * (float64(v(b)) - my)
+		sxx += dx * dx
+	}
+	if sxx == 0 {
+		return 0
+	}
+	return sxy / sxx / Bucket.Seconds()
+}
