@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpumem/gpumem_exporter/allocstats"
 	"github.com/gpumem/gpumem_exporter/internal/defaults"
+	"github.com/gpumem/gpumem_exporter/foresight"
 	"github.com/gpumem/gpumem_exporter/oom"
 	"github.com/gpumem/gpumem_exporter/simulate"
 	"github.com/gpumem/gpumem_exporter/simulate/scenario"
@@ -58,6 +59,7 @@ type options struct {
 	unlistedGrace          time.Duration
 	oomLinger              time.Duration
 	oomReports             int
+	warnBefore             time.Duration
 	webConfig              *web.FlagConfig
 }
 
@@ -106,6 +108,7 @@ func parseFlags(app *kingpin.Application, args []string) (*options, error) {
 	app.Flag("allocstats.max-processes-per-uid", "Most processes of one uid whose allocator state is kept at once.").Default(strconv.Itoa(allocstats.DefaultMaxProcessesPerUID)).SetValue(&intFlag{"allocstats.max-processes-per-uid", &o.maxProcessesPerUID})
 	app.Flag("allocstats.max-buffered-bytes", "Most memory all connections together hold in unfinished lines; beyond it the connection holding the most is closed (at least --allocstats.max-message-bytes).").Default(strconv.Itoa(allocstats.DefaultMaxBufferedBytes)).SetValue(&intFlag{"allocstats.max-buffered-bytes", &o.maxBufferedBytes})
 	app.Flag("allocstats.unlisted-grace", "Keep a process's allocator state on a GPU where NVML does not list the process this long, then drop it.").Default(allocstats.DefaultUnlistedGrace.String()).SetValue(&durationFlag{"allocstats.unlisted-grace", &o.unlistedGrace})
+	app.Flag("allocstats.warn-before", "Send a process a warning over its socket connection when the daemon foresees it running out of GPU memory within this long at its current climb (a client may ask for another threshold in its hello); 0 sends none. The estimate is exported as gpumem_allocator_time_to_oom_seconds either way.").Default(foresight.DefaultWarnBefore.String()).SetValue(&durationFlag{"allocstats.warn-before", &o.warnBefore})
 	app.Flag("allocstats.oom-reports", "How many out-of-memory reports /api/v1/oom-reports keeps.").Default(strconv.Itoa(oom.DefaultCapacity)).SetValue(&intFlag{"allocstats.oom-reports", &o.oomReports})
 	app.Version(version.Print(exporterName))
 	app.HelpFlag.Short('h')
@@ -145,6 +148,7 @@ func (o *options) validate() error {
 		positive("allocstats.ttl", o.ttl),
 		positive("allocstats.unlisted-grace", o.unlistedGrace),
 		notNegative("allocstats.oom-linger", o.oomLinger),
+		notNegative("allocstats.warn-before", o.warnBefore),
 		atLeast("nvml.simulated.processes-per-gpu", o.simProcesses, 1),
 		atLeast("allocstats.max-message-bytes", o.maxMessageBytes, 64),
 		atLeast("allocstats.max-connections", o.maxConnections, 1),

@@ -36,6 +36,7 @@ import (
 	"github.com/gpumem/gpumem_exporter/attribution"
 	"github.com/gpumem/gpumem_exporter/collector"
 	"github.com/gpumem/gpumem_exporter/exposition"
+	"github.com/gpumem/gpumem_exporter/foresight"
 	"github.com/gpumem/gpumem_exporter/internal/connshed"
 	"github.com/gpumem/gpumem_exporter/internal/fdbudget"
 	"github.com/gpumem/gpumem_exporter/internal/logging"
@@ -261,16 +262,22 @@ func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, er
 	// The one join, and what reads it.
 	// Memory labels the processes that exited, which the store keeps for
 	// --allocstats.oom-linger, as they were labelled while they ran.
+	warnBefore := o.warnBefore
+	if warnBefore == 0 {
+		warnBefore = -1 // the flag's 0: no warnings
+	}
+	forecaster := foresight.New(foresight.Config{WarnBefore: warnBefore, Clients: store, Logger: log.With(logger, "component", "foresight")})
 	join := attribution.Sources{NVML: poller, Allocator: store, Workload: b.processes, SettleLabels: true, Memory: attribution.NewMemory(),
-		Node: workload.NodeName(o.nodeName)}
-	reports := oom.New(oom.Config{Capacity: o.oomReports, Sources: join, Fresh: poller.Fresh, Logger: log.With(logger, "component", "oom"),
+		Node: workload.NodeName(o.nodeName), Forecasts: forecaster}
+	reports := oom.New(oom.Config{Capacity: o.oomReports, Sources: join, Fresh: poller.Fresh, Trends: forecaster, Logger: log.With(logger, "component", "oom"),
 		OnReport: func(rep oom.Report) {
 			oomEvents.OOM(podevents.PodRef{Namespace: rep.Namespace, Name: rep.Pod, UID: rep.PodUID}, rep.Sentence())
 		}})
 	store.OnOOM(reports.Record)
-	poller.OnPoll(reports.Observe)
+	store.OnSample(forecaster)
+	poller.OnPoll(attribution.NewFollower(join, forecaster, reports).Observe)
 
-	srv, err := socketServer(o, store, poller.KnownDevice, log.With(logger, "component", "allocstats"))
+	srv, err := socketServer(o, store, poller.KnownDevice, max(o.warnBefore, 0), log.With(logger, "component", "allocstats"))
 	if err != nil {
 		closeHealth()
 		return nil, err
@@ -294,7 +301,7 @@ func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, er
 	// are written straight to the text format (exposition); only a
 	// protobuf scrape gathers them through client_golang.
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(versioncollector.NewCollector(exporterName), ratelog.Default, reports)
+	reg.MustRegister(versioncollector.NewCollector(exporterName), ratelog.Default, reports, forecaster)
 	if !o.disableExporterMetrics {
 		reg.MustRegister(collectors.NewGoCollector(), exposition.NewProcessCollector())
 	}
@@ -348,7 +355,7 @@ var debugHandlers func(*http.ServeMux)
 
 // socketServer is the allocator stats server of the flags, reporting to
 // store and checking reported devices with knownDevice, listening.
-func socketServer(o *options, store *allocstats.Store, knownDevice func(string) (string, uint64, bool), logger log.Logger) (*allocstats.Server, error) {
+func socketServer(o *options, store *allocstats.Store, knownDevice func(string) (string, uint64, bool), warnBefore time.Duration, logger log.Logger) (*allocstats.Server, error) {
 	srv, err := allocstats.NewServer(allocstats.Config{
 		SocketPath:      o.socket,
 		SocketExplicit:  o.socketExplicit,
@@ -360,6 +367,7 @@ func socketServer(o *options, store *allocstats.Store, knownDevice func(string) 
 		Interval:        o.pollInterval,
 		ServerVersion:   version.Version,
 		OOMVerdict:      true, // the OOM reports answer through OOMEvent.Reply
+		WarnBefore:      warnBefore,
 		KnownDevice:     knownDevice,
 		ProcPath:        o.procPath,
 

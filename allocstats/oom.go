@@ -90,3 +90,36 @@ func (s *Store) recordOOMLocked(e *procEntry, m OOMMessage, now time.Time) OOMEv
 		Stats:     d.stats,
 	}
 }
+
+// SampleObserver takes every sample of active memory the store accepts,
+// as the client sampled it: the trends of the forecaster are made of
+// them, at the resolution of the clients' pushes rather than of the polls.
+type SampleObserver interface {
+	ObserveSample(pid uint32, start uint64, uuid string, at time.Time, active uint64)
+}
+
+// OnSample adds o to the observers called, synchronously and without the
+// store's lock, with each device's active memory of every stats message
+// the store accepts (at the report's own time, else when it came). o must
+// be fast. Add observers before the store is used.
+func (s *Store) OnSample(o SampleObserver) {
+	s.sampleObservers = append(s.sampleObservers, o)
+}
+
+func (s *Store) notifySamples(id Identity, devices []DeviceReport, now time.Time) {
+	if len(s.sampleObservers) == 0 {
+		return
+	}
+	for _, d := range devices {
+		if !d.Active.OK {
+			continue
+		}
+		at := d.At
+		if at.IsZero() {
+			at = now
+		}
+		for _, o := range s.sampleObservers {
+			o.ObserveSample(id.PID, id.StartTime, d.UUID, at, d.Active.V)
+		}
+	}
+}

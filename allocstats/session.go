@@ -70,7 +70,11 @@ func (ss *Session) Stats(devices []DeviceReport, now time.Time) error {
 	if ss.closed {
 		return errSessionClosed
 	}
-	return ss.bind(ss.store.stats(ss.entry, ss.id, devices, now, ss.maxDevices))
+	if err := ss.bind(ss.store.stats(ss.entry, ss.id, devices, now, ss.maxDevices)); err != nil {
+		return err
+	}
+	ss.store.notifySamples(ss.id, devices, now)
+	return nil
 }
 
 // OOM records an oom message received at now and hands the event to the

@@ -32,6 +32,10 @@ type Row struct {
 	// fields zero or absent), so that a scrape sees their last values and
 	// nothing counts memory it no longer holds.
 	Exited bool
+	// TimeToOOM is what the daemon foresees (Sources.Forecasts): the
+	// seconds until the process runs out of memory at its current climb,
+	// absent while no climb is measured.
+	TimeToOOM allocstats.Optional
 	// start is the start time of the process whose allocator state the
 	// row holds (0 if unknown), to match its remembered labels.
 	start uint64
@@ -47,6 +51,10 @@ func (r *Row) Context() (uint64, bool) {
 	}
 	return r.NVML.UsedBytes - r.Alloc.Reserved, true
 }
+
+// AllocStart is the start time of the process whose allocator state the
+// row holds (0 if unknown): with PID and UUID, the key of its trend.
+func (r *Row) AllocStart() uint64 { return r.start }
 
 // Workload names what the process belongs to, as the workload label says
 // it: its pod ("namespace/pod"), else its Slurm job ("slurm job 4242"),
@@ -296,6 +304,16 @@ type Sources struct {
 	// Node is this node's name, in the workload of a process outside pods
 	// and Slurm jobs (Row.Workload).
 	Node string
+	// Forecasts, if set, gives each running process's time to OOM
+	// (Row.TimeToOOM).
+	Forecasts Forecasts
+}
+
+// Forecasts says what the daemon foresees of a process on a device: the
+// whole seconds until it runs out of memory at its current climb, ok
+// false while no climb is measured. foresight.Forecaster implements it.
+type Forecasts interface {
+	TimeToOOM(pid uint32, start uint64, uuid string) (seconds uint64, ok bool)
 }
 
 // View is one consistent reading of the sources: a snapshot and the rows
@@ -330,6 +348,17 @@ func (s Sources) ReadAt(snap *nvmlpoll.Snapshot) View {
 		v.Rows = s.Memory.apply(v.Rows)
 	}
 	v.Rows = oneProcessPerSlot(v.Rows)
+	if s.Forecasts != nil {
+		for i := range v.Rows {
+			r := &v.Rows[i]
+			if r.Alloc == nil || r.Exited {
+				continue
+			}
+			if secs, ok := s.Forecasts.TimeToOOM(r.PID, r.start, r.UUID); ok {
+				r.TimeToOOM = allocstats.Some(secs)
+			}
+		}
+	}
 	return v
 }
 

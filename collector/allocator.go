@@ -16,6 +16,7 @@ type allocatorCollector struct {
 	reserved, active, inactive, allocated, split     *family
 	peakReserved, peakActive, limit, floor, capacity *family
 	retries, ooms, lastOOMRequest, lastOOMTime, last *family
+	timeToOOM                                        *family
 }
 
 func newAllocatorCollector(src Sources, _ log.Logger) (Collector, error) {
@@ -44,6 +45,7 @@ func newAllocatorCollector(src Sources, _ log.Logger) (Collector, error) {
 		lastOOMRequest: d("last_oom_request_bytes", "Bytes the last failed allocation asked for."),
 		lastOOMTime:    d("last_oom_timestamp_seconds", "When the last out-of-memory event was reported."),
 		last:           d("last_report_timestamp_seconds", "When the process last reported its allocator state."),
+		timeToOOM:      d("time_to_oom_seconds", "The daemon's estimate of the seconds until the process runs out of memory: from its active memory over the last 30 s to 5 min (on the samples' clock), the climb of its floor (a leak) or, over 2 min or more, of its steps' peak over a flat floor (a growing batch), the time for the peak to reach the capacity (gpumem_allocator_capacity_bytes) at that rate. Present only while such a climb is measured."),
 	}, nil
 }
 
@@ -109,6 +111,7 @@ func (c *allocatorCollector) rows(sc *Scrape) (*rowSet, error) {
 			{c.last, value(func(a *allocstats.DeviceStats) (float64, bool) {
 				return float64(a.LastReport.UnixNano()) / 1e9, !a.LastReport.IsZero()
 			})},
+			{c.timeToOOM, func(i int) (float64, bool) { return float64(row(i).TimeToOOM.V), row(i).TimeToOOM.OK }},
 		},
 	}, nil
 }

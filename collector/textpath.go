@@ -120,7 +120,7 @@ func rowsEqual(a, b []attribution.Row) bool {
 	}
 	for i := range a {
 		x, y := &a[i], &b[i]
-		if x.GPU != y.GPU || x.UUID != y.UUID || x.PID != y.PID || x.Framework != y.Framework || x.Comm != y.Comm || x.Exited != y.Exited ||
+		if x.GPU != y.GPU || x.UUID != y.UUID || x.PID != y.PID || x.Framework != y.Framework || x.Comm != y.Comm || x.Exited != y.Exited || x.TimeToOOM != y.TimeToOOM ||
 			x.Info != y.Info || (x.NVML == nil) != (y.NVML == nil) || (x.NVML != nil && *x.NVML != *y.NVML) ||
 			(x.Alloc == nil) != (y.Alloc == nil) || (x.Alloc != nil && *x.Alloc != *y.Alloc) {
 			return false

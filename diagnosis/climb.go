@@ -141,16 +141,25 @@ func climbIn(bs []bucket, endN int64, w time.Duration) (Climb, bool) {
 	return c, c.Rate > 0
 }
 
-// floorClimbs: the floor rose in every stretch, by climbTol at least, and
-// by minMaterial in all.
+// floorClimbs: the floor rose in every stretch, by climbTol at least, by
+// minMaterial in all, and steadily: no stretch rose by more than
+// maxStretchShare of the whole (a model's load, one step up, is not a
+// climb, nor is a window that holds one).
 func floorClimbs(f [Segments]uint64) bool {
+	var most uint64
 	for i := 1; i < Segments; i++ {
 		if f[i] <= f[i-1]+climbTol {
 			return false
 		}
+		most = max(most, f[i]-f[i-1])
 	}
-	return f[Segments-1]-f[0] >= minMaterial
+	total := f[Segments-1] - f[0]
+	return total >= minMaterial && float64(most) <= maxStretchShare*float64(total)
 }
+
+// maxStretchShare is the most of a climb's rise that one of its stretches
+// may hold: a steady climb spreads it (a third each).
+const maxStretchShare = 0.6
 
 // peakClimbs: the peak never fell, rose in at least two stretches and in
 // all by a twentieth of itself (and minMaterial), stands highest in the

@@ -655,21 +655,28 @@ func holderList(hs []Holder, n int) string {
 	return ": " + strings.Join(parts, "; ")
 }
 
+// RemedyOf is the first remedy for a climb of cause Leak or Growth, as a
+// verdict and the daemon's warning before the failure give it.
+func RemedyOf(cause Cause) string {
+	if cause == Growth {
+		return "Bound the batch or sequence length, and run evaluation under torch.no_grad()."
+	}
+	return "Find what keeps tensors from step to step: a list of outputs or losses, a loss summed without .item(), a graph kept alive."
+}
+
 func (f *facts) remedy(cause Cause, hs []Holder) string {
 	switch cause {
 	case TooLarge:
 		return "The batch or the model is too large for this GPU from the start: lower the batch size, shard the model, or use a GPU with more memory."
 	case Fragmentation:
 		return "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, or use fewer distinct tensor sizes (pad batches to a few fixed shapes)."
-	case Leak:
-		return "Find what keeps tensors from step to step: a list of outputs or losses, a loss summed without .item(), a graph kept alive."
+	case Leak, Growth:
+		return RemedyOf(cause)
 	case Limit:
 		if !f.limitSet {
 			return "Lower the batch size (or the sequence length); the process needs more than the GPU has."
 		}
 		return "Raise the limit (torch.cuda.set_per_process_memory_fraction) or lower the batch size."
-	case Growth:
-		return "Bound the batch or sequence length, and run evaluation under torch.no_grad()."
 	case Neighbours:
 		var best *Holder
 		for i := range hs {

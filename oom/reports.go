@@ -159,7 +159,21 @@ type Config struct {
 	// OnReport, when set, is called with each report kept (from the
 	// goroutine that built it): the Kubernetes Event, for one.
 	OnReport func(Report)
-	Logger   log.Logger
+	// Trends gives each process's trend and forecast before its failure
+	// (foresight.Forecaster); nil: verdicts without a trend.
+	Trends Trends
+	Logger log.Logger
+}
+
+// forecastAge is how old the last forecast before a failure may be for
+// its verdict to read it.
+const forecastAge = 2 * time.Minute
+
+// Trends is where a verdict reads the trend of the failing process's
+// active memory and the last forecast of its time to OOM.
+type Trends interface {
+	Trend(k diagnosis.Key, at time.Time) diagnosis.Trend
+	Forecast(k diagnosis.Key) (diagnosis.Forecast, bool)
 }
 
 // Reports keeps the last reports, at most Capacity, oldest first (see keep
@@ -172,9 +186,6 @@ type Reports struct {
 	active  atomic.Bool // Run is consuming the queue
 	dropped *prometheus.CounterVec
 	byCause *prometheus.CounterVec
-	// history is each process's active memory over the last minutes,
-	// noted at each Observe: the trend a verdict reads.
-	history *diagnosis.History
 
 	limitMu sync.Mutex
 	lastPID map[pidKey]time.Time    // last report per process
@@ -185,22 +196,7 @@ type Reports struct {
 
 	ctxMu   sync.Mutex
 	context map[contextKey]uint64 // last consistent context per process and device
-
-	// What Observe last joined (only Observe uses them): the snapshot, the
-	// allocator store's version and when.
-	observedSnap    *nvmlpoll.Snapshot
-	observedVersion uint64
-	observedAt      time.Time
 }
-
-// observeRefresh bounds how long Observe trusts that unchanged readings
-// join to the same rows: the workload cache (which holds back the rows of
-// pids it does not know yet) has no version of its own.
-const observeRefresh = 10 * time.Second
-
-// versioned is an allocator source that says when what it returns
-// changed (allocstats.Store.Version).
-type versioned interface{ Version() uint64 }
 
 type pidKey struct {
 	pid   uint32
@@ -247,7 +243,6 @@ func New(cfg Config) *Reports {
 			Name: "gpumem_oom_reports_total",
 			Help: "Out-of-memory reports, by the cause of their verdict (limit, fragmentation, neighbours, too_large, leak, growth, contexts, unknown).",
 		}, []string{"cause"}),
-		history: diagnosis.NewHistory(),
 		lastPID: map[pidKey]time.Time{},
 		uidRate: map[uint32]*tokenBucket{},
 		context: map[contextKey]uint64{},
@@ -371,27 +366,11 @@ func (r *Reports) freshSnapshot(ctx context.Context) *nvmlpoll.Snapshot {
 	return snap
 }
 
-// Observe remembers each process's context from a consistent reading
-// (NVML used >= allocator reserved); main calls it after every poll, from
-// one goroutine. A report whose fresh reading lags uses it, marked stale.
-// When NVML read the same as at the last join and the allocator store has
-// not changed since (its Version), the join would give the same rows: it
-// is skipped, for up to observeRefresh.
-func (r *Reports) Observe(snap *nvmlpoll.Snapshot) {
-	now := time.Now()
-	var version uint64
-	vs, ok := r.cfg.Sources.Allocator.(versioned)
-	if ok {
-		version = vs.Version() // before the join: a change during it is seen next time
-		if r.observedSnap != nil && version == r.observedVersion && now.Sub(r.observedAt) < observeRefresh && snap.SameReadings(r.observedSnap) {
-			return // nothing changed: the history holds the last values
-		}
-	}
-	v := r.cfg.Sources.ReadAt(snap)
-	if ok && snap != nil {
-		r.observedSnap, r.observedVersion, r.observedAt = snap, version, now
-	}
-	r.noteHistory(v, now)
+// ObserveView remembers each process's context from a consistent reading
+// (NVML used >= allocator reserved); it is fed the join after every poll
+// (attribution.Follower). A report whose fresh reading lags uses it,
+// marked stale.
+func (r *Reports) ObserveView(v attribution.View) {
 	r.ctxMu.Lock()
 	defer r.ctxMu.Unlock()
 	next := make(map[contextKey]uint64, len(v.Rows))
@@ -408,22 +387,6 @@ func (r *Reports) Observe(snap *nvmlpoll.Snapshot) {
 		}
 	}
 	r.context = next
-}
-
-// noteHistory adds each process's active memory to the history and
-// forgets the processes no longer in the join.
-func (r *Reports) noteHistory(v attribution.View, now time.Time) {
-	live := make(map[diagnosis.Key]bool, len(v.Rows))
-	for i := range v.Rows {
-		row := &v.Rows[i]
-		if row.Alloc == nil || row.Exited || !row.Alloc.Active.OK {
-			continue
-		}
-		k := diagnosis.Key{PID: row.PID, Start: row.Info.StartTime, UUID: row.UUID}
-		live[k] = true
-		r.history.Note(k, now, row.Alloc.Active.V)
-	}
-	r.history.Retain(func(k diagnosis.Key) bool { return live[k] })
 }
 
 func (r *Reports) lastContext(row *attribution.Row) (uint64, bool) {
@@ -635,11 +598,24 @@ func (r *Reports) diagnosisInput(ev allocstats.OOMEvent, rep *Report) diagnosis.
 	in := diagnosis.Input{
 		Requested: ev.Requested,
 		Self:      diagnosis.Process{PID: ev.PID},
-		Trend:     r.history.Trend(diagnosis.Key{PID: ev.PID, Start: ev.StartTime, UUID: ev.UUID}, ev.Time),
 	}
-	if !in.Trend.OK() {
-		// Noted without a start time: the workload cache did not know it.
-		in.Trend = r.history.Trend(diagnosis.Key{PID: ev.PID, UUID: ev.UUID}, ev.Time)
+	if t := r.cfg.Trends; t != nil {
+		// The trend ends at the failure on the samples' own clock (the
+		// simulated node's when simulated): the stats sent with the OOM.
+		end := ev.Time
+		if ev.Stats.HasStats && !ev.Stats.SampledAt.IsZero() {
+			end = ev.Stats.SampledAt
+		}
+		k := diagnosis.Key{PID: ev.PID, Start: ev.StartTime, UUID: ev.UUID}
+		in.Trend = t.Trend(k, end)
+		if !in.Trend.OK() {
+			// Noted without a start time: the store did not know it.
+			k.Start = 0
+			in.Trend = t.Trend(k, end)
+		}
+		if fc, ok := t.Forecast(k); ok && end.Sub(fc.At) <= forecastAge {
+			in.Forecast = &fc
+		}
 	}
 	if m := rep.DeviceMemory; m != nil {
 		in.Total = m.TotalBytes

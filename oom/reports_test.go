@@ -295,7 +295,7 @@ func TestOOMReportUsesAFreshReadingAndTheLastConsistentContext(t *testing.T) {
 	var freshCalls int
 	reports := New(Config{Sources: sources(before, store), Logger: log.NewNopLogger(),
 		Fresh: func(context.Context) (*nvmlpoll.Snapshot, error) { freshCalls++; return fresh, nil }})
-	reports.Observe(before)
+	reports.ObserveView(reports.cfg.Sources.ReadAt(before))
 	mustReport(t, store, 100, allocstats.DeviceReport{UUID: testUUID, Reserved: 3666 * mib, Active: allocstats.Some(3664 * mib)})
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -454,70 +454,6 @@ func TestOOMBlameAndInflation(t *testing.T) {
 	}
 }
 
-// countingStore is the allocator store, counting the joins that read it.
-type countingStore struct {
-	*allocstats.Store
-	reads int
-}
-
-func (c *countingStore) Processes() []allocstats.Process { c.reads++; return c.Store.Processes() }
-
-// Observe runs after every poll; on an idle node nothing it joins changes,
-// so it joins again only when NVML's readings or the allocator store
-// changed, or observeRefresh after its last join.
-func TestObserveJoinsOnlyWhenItsInputsChanged(t *testing.T) {
-	snapAt := func(at time.Time, used uint64) *nvmlpoll.Snapshot {
-		return &nvmlpoll.Snapshot{Time: at, Devices: []nvmlpoll.Device{{
-			Index: 3, UUID: testUUID, HasMemory: true, HasProcesses: true,
-			Memory:    nvmlpoll.Memory{Total: 143771 * mib, Used: used, Free: 143771*mib - used},
-			Processes: []nvmlpoll.Process{{PID: 100, HasUsed: true, UsedBytes: used}},
-		}}}
-	}
-	store := &countingStore{Store: allocstats.NewStore(time.Minute)}
-	mustReport(t, store.Store, 100, allocstats.DeviceReport{UUID: testUUID, Reserved: 1000 * mib})
-	src := sources(nil, nil)
-	src.Allocator = store
-	reports := New(Config{Sources: src, Logger: log.NewNopLogger()})
-	context := func() uint64 {
-		reports.ctxMu.Lock()
-		defer reports.ctxMu.Unlock()
-		for _, v := range reports.context {
-			return v
-		}
-		return 0
-	}
-	step := func(what string, snap *nvmlpoll.Snapshot, wantReads int, wantContext uint64) {
-		t.Helper()
-		reports.Observe(snap)
-		if store.reads != wantReads || context() != wantContext {
-			t.Errorf("%s: %d joins, context %d MiB; want %d joins, context %d MiB", what, store.reads, context()/mib, wantReads, wantContext/mib)
-		}
-	}
-	step("first poll", snapAt(t0, 1520*mib), 1, 520*mib)
-	step("the same readings a second later", snapAt(t0.Add(time.Second), 1520*mib), 1, 520*mib)
-	mustReport(t, store.Store, 100, allocstats.DeviceReport{UUID: testUUID, Reserved: 1100 * mib})
-	step("a stats line since", snapAt(t0.Add(2*time.Second), 1520*mib), 2, 420*mib)
-	step("NVML's used moved", snapAt(t0.Add(3*time.Second), 1630*mib), 3, 530*mib)
-	step("nothing moved", snapAt(t0.Add(4*time.Second), 1630*mib), 3, 530*mib)
-	reports.observedAt = reports.observedAt.Add(-observeRefresh)
-	step("nothing moved, observeRefresh after the last join", snapAt(t0.Add(5*time.Second), 1630*mib), 4, 530*mib)
-
-	// A source without a version is joined at every poll.
-	plain := New(Config{Sources: sources(nil, store.Store), Logger: log.NewNopLogger()})
-	reads := store.reads
-	plain.cfg.Sources.Allocator = allocatorOnly{store}
-	plain.Observe(snapAt(t0, 1630*mib))
-	plain.Observe(snapAt(t0, 1630*mib))
-	if store.reads != reads+2 {
-		t.Errorf("an allocator source without Version: %d joins for 2 polls, want 2", store.reads-reads)
-	}
-}
-
-// allocatorOnly hides every method but Processes.
-type allocatorOnly struct{ s *countingStore }
-
-func (a allocatorOnly) Processes() []allocstats.Process { return a.s.Processes() }
-
 func TestOOMVerdictReachesTheProcessTheCountersAndTheHook(t *testing.T) {
 	store, snap := oomFixture(t)
 	var logBuf bytes.Buffer
@@ -572,19 +508,28 @@ gpumem_oom_reports_total{cause="unknown"} 0
 
 func TestOOMVerdictReadsTheTrendObservedBefore(t *testing.T) {
 	store, snap := oomFixture(t)
-	reports := New(Config{Capacity: 4, Sources: sources(snap, store)})
+	trends := &historyTrends{diagnosis.NewHistory()}
+	reports := New(Config{Capacity: 4, Sources: sources(snap, store), Trends: trends})
 	// pid 100's active memory climbs 64 MiB a second for two minutes
-	// under a 16 GiB limit: a leak.
+	// under a 10 GiB limit, on the samples' clock: a leak.
+	var last time.Time
 	for s := 0; s < 120; s++ {
 		active := uint64(2048+64*s) * mib
-		mustReport(t, store, 100, allocstats.DeviceReport{UUID: testUUID, Reserved: active + 10*mib, Active: allocstats.Some(active), Limit: allocstats.Some(10240 * mib)})
-		reports.noteHistory(reports.cfg.Sources.ReadAt(snap), t0.Add(time.Duration(s-120)*time.Second))
+		last = t0.Add(time.Duration(s-120) * time.Second)
+		mustReport(t, store, 100, allocstats.DeviceReport{UUID: testUUID, Reserved: active + 10*mib, Active: allocstats.Some(active), Limit: allocstats.Some(10240 * mib), At: last})
+		trends.Note(diagnosis.Key{PID: 100, Start: 1, UUID: testUUID}, last, active)
 	}
 	ev := mustReportOOM(t, store, 100, allocstats.OOMMessage{UUID: testUUID, RequestedBytes: 64 * mib, LimitBytes: allocstats.Some(10240 * mib), FreeBytes: allocstats.Some(100000 * mib)})
+	if !ev.Stats.SampledAt.Equal(last) {
+		t.Fatalf("the OOM's stats were sampled at %v, want %v (the report's own time)", ev.Stats.SampledAt, last)
+	}
 	reports.Record(ev)
 	v := reports.List()[0].Verdict
 	if v.Cause != diagnosis.Leak || v.Figures["trend_seconds"] < 100 {
 		t.Errorf("verdict %+v: want a leak, from the two minutes of trend", v)
+	}
+	if v.Figures["time_to_oom_seconds"] != 42 || v.Figures["climb_bytes_per_minute"] != 3840*mib {
+		t.Errorf("figures %v: want the forecast's time_to_oom_seconds 42 and climb_bytes_per_minute 3840 MiB", v.Figures)
 	}
 }
 
@@ -596,4 +541,12 @@ func TestOOMReportSentenceSaysWhatAndWhy(t *testing.T) {
 	if got := rep.Sentence(); got != want {
 		t.Errorf("Sentence() = %q, want %q", got, want)
 	}
+}
+
+// historyTrends is the Trends of a history the test notes itself, with a
+// fixed forecast.
+type historyTrends struct{ *diagnosis.History }
+
+func (h *historyTrends) Forecast(diagnosis.Key) (diagnosis.Forecast, bool) {
+	return diagnosis.Forecast{Climb: diagnosis.Climb{Cause: diagnosis.Leak, Rate: 64 * mib}, ETA: 42 * time.Second}, true
 }

@@ -69,6 +69,7 @@ type Session interface {
 	Stats(devices []allocstats.DeviceReport, now time.Time) error
 	OOM(m allocstats.OOMMessage, now time.Time, reply func(line []byte)) (allocstats.OOMEvent, error)
 	Close(now time.Time)
+	Listen(f func(line []byte))
 }
 
 // Sessions returns what Config.Open takes for store: each simulated
@@ -294,10 +295,16 @@ func (n *Node) Step() {
 		n.clock = now
 	}
 	n.last = now
-	n.clock = n.clock.Add(dt)
-	sampled := n.clock
-	st := n.script.step(dt)
-	n.state = st
+	// A step longer than a client's push interval (a fast Speed, a slow
+	// poll) runs in sub-steps of it, each reported at its own simulated
+	// time: the store and the trends see what a client pushing once a
+	// second would have pushed, at any Speed. NVML shows the last.
+	var steps []sampledState
+	for _, d := range subSteps(dt) {
+		n.clock = n.clock.Add(d)
+		steps = append(steps, sampledState{n.script.step(d), n.clock})
+	}
+	n.state = steps[len(steps)-1].state
 	clear(n.pids)
 	for i := range n.state.processes {
 		p := &n.state.processes[i]
@@ -305,8 +312,41 @@ func (n *Node) Step() {
 	}
 	n.mu.Unlock()
 	if n.cfg.Open != nil {
-		n.report(st, sampled, now)
+		for _, s := range steps {
+			n.report(s.state, s.at, now)
+		}
 	}
+}
+
+// sampledState is the node after a sub-step, at its simulated time.
+type sampledState struct {
+	state
+	at time.Time
+}
+
+// pushInterval is how often a simulated client pushes its allocator
+// state, in simulated time, as the Python client does; maxSubSteps bounds
+// the sub-steps of one Step (a longer Step takes longer sub-steps).
+const (
+	pushInterval = time.Second
+	maxSubSteps  = 120
+)
+
+// subSteps cuts dt into sub-steps of pushInterval (at most maxSubSteps of
+// them, the last taking the rest); a first Step (dt 0) is one sub-step.
+func subSteps(dt time.Duration) []time.Duration {
+	n := int(dt / pushInterval)
+	if n <= 1 {
+		return []time.Duration{dt}
+	}
+	n = min(n, maxSubSteps)
+	each := dt / time.Duration(n)
+	out := make([]time.Duration, n)
+	for i := range out {
+		out[i] = each
+	}
+	out[n-1] = dt - each*time.Duration(n-1)
+	return out
 }
 
 // report sends what the step's processes' clients send, received at now;
@@ -368,6 +408,9 @@ func (n *Node) session(pid int, start uint64, uid uint32, now time.Time) Session
 		n.closeSession(uint32(pid), now)
 	}
 	s := n.cfg.Open(allocstats.Identity{PID: uint32(pid), UID: uid, StartTime: start})
+	// A simulated client takes the daemon's warnings as a real one does
+	// (and, being a script, goes on as it would have).
+	s.Listen(func([]byte) {})
 	if err := s.Hello(allocstats.Hello{Framework: "pytorch"}); err != nil {
 		s.Close(now)
 		return nil

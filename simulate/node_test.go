@@ -255,6 +255,41 @@ func (r recordedSession) OOM(m allocstats.OOMMessage, now time.Time, _ func([]by
 
 func (r recordedSession) Close(time.Time) { r.add(sessionEvent{kind: "exit"}) }
 
+func (r recordedSession) Listen(func([]byte)) {}
+
+// A Step of a minute of simulated time (Speed 60 at one poll a second)
+// reports what a client pushing once a second would have: a sample of
+// each process every simulated second, stamped with its own time, so
+// that trends read at any Speed what they read at Speed 1.
+func TestLongStepsReportEverySimulatedSecond(t *testing.T) {
+	seq := &sequence{}
+	sim := mustNew(t, Config{Scenario: scenario.Steady, Seed: 1, Open: seq.open, Now: clock(time.Minute)})
+	sim.Step()
+	first := len(seq.events)
+	sim.Step()
+	times := map[uint32][]time.Time{}
+	for _, e := range seq.events[first:] {
+		if e.kind == "stats" {
+			times[e.id.PID] = append(times[e.id.PID], e.report.At)
+		}
+	}
+	if len(times) == 0 {
+		t.Fatal("no process reported in the second step")
+	}
+	for pid, ts := range times {
+		if len(ts) != 60 {
+			t.Errorf("pid %d reported %d times in a simulated minute, want 60", pid, len(ts))
+			continue
+		}
+		for i := 1; i < len(ts); i++ {
+			if d := ts[i].Sub(ts[i-1]); d != time.Second {
+				t.Errorf("pid %d: samples %d and %d are %v apart, want 1s", pid, i-1, i, d)
+				break
+			}
+		}
+	}
+}
+
 // TestStatsBeforeAnOOMAreTheFiguresAtTheFailure checks that each oom
 // message comes right after a stats report of the same process holding the
 // allocator's figures at the failure, as a client reads them in PyTorch's
