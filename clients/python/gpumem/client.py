@@ -15,7 +15,7 @@ import socket
 import threading
 import time
 
-from . import _cuda, _oom, _ownership, _verdict, config, protocol, sources as _sources
+from . import _cuda, _oom, _ownership, _verdict, _warning, config, protocol, sources as _sources
 
 log = logging.getLogger("gpumem")
 
@@ -55,6 +55,8 @@ class Client(object):
         self.server = None  # the daemon's "server" from its welcome
         self.verdicts = []  # the daemon's verdicts on this process's OOMs, parsed
         self.show_verdicts = config.oom_message()
+        self.warnings = []  # the daemon's warnings to this process, parsed
+        self.show_warnings = config.warnings()
         # OOMs sent whose verdict has not come; the daemon's welcome says
         # whether one will (None: no welcome read yet on this connection).
         self._awaiting = 0
@@ -197,7 +199,7 @@ class Client(object):
         self._connected_at = time.monotonic()
         self.connects += 1
         log.debug("gpumem: connected to %s", self.socket_path)
-        hello = protocol.hello(_sources.frameworks(self.sources))
+        hello = protocol.hello(_sources.frameworks(self.sources), config.warn_before())
         if not self._send([protocol.encode(hello)]):
             return False
         # The welcome is optional: wait briefly, then read it whenever it comes.
@@ -289,6 +291,9 @@ class Client(object):
         if msg.get("type") == "verdict":
             self._handle_verdict(msg)
             return
+        if msg.get("type") == "warning":
+            self._handle_warning(msg)
+            return
         if msg.get("type") != "welcome":
             return
         # What a daemon answers is untrusted input too: the server string is
@@ -310,6 +315,16 @@ class Client(object):
             self.verdicts.append(v)
         if self.show_verdicts:
             _verdict.show(v)
+
+    def _handle_warning(self, msg):
+        w = _warning.parse(msg)
+        if w is None:
+            return
+        if len(self.warnings) < _oom.MAX_EVENTS:
+            self.warnings.append(w)
+        if self.show_warnings:
+            _warning.show(w)
+        _warning.dispatch(w)
 
     def pending_verdicts(self):
         """True while an OOM is queued or sent and its verdict may still come."""

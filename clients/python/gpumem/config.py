@@ -30,6 +30,28 @@ def oom_message(environ=None):
     return env.get("GPUMEM_OOM_MESSAGE", "").strip().lower() not in ("0", "false", "no", "off")
 
 
+def warnings(environ=None):
+    """False when GPUMEM_WARNINGS turns the daemon's warnings on stderr off."""
+    env = os.environ if environ is None else environ
+    return env.get("GPUMEM_WARNINGS", "").strip().lower() not in ("0", "false", "no", "off")
+
+
+def warn_before(environ=None):
+    """Seconds of estimated time to OOM under which the daemon should warn
+    (GPUMEM_WARN_BEFORE; 0: never), or None for the daemon's default."""
+    env = os.environ if environ is None else environ
+    value = env.get("GPUMEM_WARN_BEFORE", "").strip()
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    if not math.isfinite(seconds) or seconds < 0:
+        return None
+    return int(min(seconds, 7 * 86400))
+
+
 def oom_wait(environ=None):
     """Seconds to wait at exit for the verdicts of OOMs sent (GPUMEM_OOM_WAIT)."""
     env = os.environ if environ is None else environ

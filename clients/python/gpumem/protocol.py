@@ -134,8 +134,10 @@ def merge_entries(entries):
     return [merged[u] for u in order]
 
 
-def hello(frameworks):
-    """frameworks: list of (name, version or None), in detection order."""
+def hello(frameworks, warn_before=None):
+    """frameworks: list of (name, version or None), in detection order;
+    warn_before: seconds of estimated time to OOM under which the daemon is
+    asked to warn (None: its default)."""
     msg = {"v": VERSION, "type": "hello"}
     if frameworks:
         msg["framework"] = ",".join(name for name, _ in frameworks)
@@ -143,6 +145,9 @@ def hello(frameworks):
         if version:
             msg["framework_version"] = str(version)
     msg["client"] = CLIENT
+    n = non_negative_int(warn_before)
+    if n is not None:
+        msg["warn_before_seconds"] = n
     return msg
 
 

@@ -404,3 +404,59 @@ class HostIsolationTest(GpumemTestCase):
         wait_until(lambda: d.messages("stats"), what="stats at the test's own fallback socket")
         for path, h in zip(host_paths, host_daemons):
             self.assertEqual(h.conns, [], "the host's daemon at %s was reached" % path)
+
+
+class WarningTest(GpumemTestCase):
+    def test_a_warning_is_printed_and_calls_the_registered_functions_in_their_own_thread(self):
+        import io
+        import json
+        import gpumem._warning as _warning
+        d = self.daemon(welcome={"v": 1, "type": "welcome", "interval_ms": 50, "server": "test", "warn_before_seconds": 600})
+        self.install_torch({0: {"stats": torch_stats(1 << 30)}})
+        got = []
+        done = threading.Event()
+
+        def save(risk):
+            got.append((risk, threading.current_thread().name))
+            done.set()
+        gpumem.on_oom_risk(save)
+        self.addCleanup(gpumem.remove_oom_risk, save)
+        c = self.client()
+        c.show_warnings = False
+        wait_until(lambda: d.messages("stats") and d.conns, what="stats")
+        lines = [
+            {"v": 1, "type": "warning", "gpu": "0", "uuid": "GPU-" + uuid_for(0), "eta_seconds": 95.4,
+             "climb_bytes_per_minute": 4 << 30, "active_bytes": 3 << 30, "ceiling_bytes": 9 << 30, "ceiling": "limit",
+             "cause": "leak", "summary": "Active memory's floor climbed\x1b[2J.", "remedy": "Find what keeps tensors."},
+            {"v": 1, "type": "warning", "cause": "bogus", "eta_seconds": 3},
+            {"v": 1, "type": "warning", "cause": "leak", "eta_seconds": -1},
+        ]
+        d.conns[-1].sendall(b"".join((json.dumps(m) + "\n").encode() for m in lines))
+        self.assertTrue(done.wait(5.0), "the registered function was not called")
+        risk, thread = got[0]
+        self.assertEqual((risk.cause, risk.gpu, risk.eta_seconds, risk.ceiling), ("leak", "0", 95.4, "limit"))
+        self.assertEqual(thread, "gpumem-oom-risk")
+        wait_until(lambda: len(c.warnings) == 1, what="the warning to be kept")
+        time.sleep(0.2)
+        self.assertEqual(len(c.warnings), 1, "a warning of unknown cause or a negative estimate is ignored")
+        out = io.StringIO()
+        _warning.show(c.warnings[0], out)
+        text = out.getvalue()
+        self.assertIn("may run out of GPU memory on GPU 0 in about 95 s (a leak)", text)
+        self.assertIn("First: Find what keeps tensors.", text)
+        self.assertNotIn("\x1b", text)
+
+    def test_the_hello_asks_for_the_users_threshold(self):
+        os.environ["GPUMEM_WARN_BEFORE"] = "120"
+        self.addCleanup(os.environ.pop, "GPUMEM_WARN_BEFORE", None)
+        d = self.daemon()
+        self.install_torch({0: {"stats": torch_stats(1)}})
+        self.client()
+        wait_until(lambda: d.messages("hello"), what="the hello")
+        self.assertEqual(d.messages("hello")[0]["warn_before_seconds"], 120)
+
+    def test_warnings_on_stderr_can_be_turned_off(self):
+        self.assertFalse(config.warnings({"GPUMEM_WARNINGS": "0"}))
+        self.assertTrue(config.warnings({}))
+        self.assertIsNone(config.warn_before({"GPUMEM_WARN_BEFORE": "soon"}))
+        self.assertEqual(config.warn_before({"GPUMEM_WARN_BEFORE": "0"}), 0)
