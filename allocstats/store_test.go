@@ -97,7 +97,7 @@ func TestStatsReplaceTheDeviceStateButKeepOOMInfo(t *testing.T) {
 	d := mustDevice(t, mustProcess(t, s, 1), testUUID)
 	want := DeviceStats{
 		UUID: testUUID, HasStats: true, Reserved: 200,
-		LastOOMRequest: Some(916), LastOOMTime: t0.Add(time.Second), LastReport: t0.Add(2 * time.Second),
+		LastOOMRequest: Some(916), LastOOMTime: t0.Add(time.Second), LastReport: t0.Add(2 * time.Second), SampledAt: t0.Add(2 * time.Second),
 	}
 	if d != want {
 		t.Errorf("device after stats, oom, stats without optional fields:\n got %+v\nwant %+v", d, want)

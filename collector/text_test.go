@@ -1,6 +1,8 @@
 package collector
 
 import (
+	"github.com/gpumem/gpumem_exporter/attribution"
+	"github.com/gpumem/gpumem_exporter/foresight"
 	"os/exec"
 	"strings"
 	"testing"
@@ -49,6 +51,12 @@ func exporterOver(t testing.TB, p *nvmlpoll.Poller, store *allocstats.Store, sim
 	t.Helper()
 	src := sources(p, store, nil)
 	src.Join.Workload = sim
+	// The forecaster, as main wires it: every sample, and a join after
+	// every poll.
+	fc := foresight.New(foresight.Config{})
+	store.OnSample(fc)
+	src.Join.Forecasts = fc
+	p.OnPoll(attribution.NewFollower(src.Join, fc).Observe)
 	exp, err := New(src, log.NewNopLogger(), Names()...)
 	if err != nil {
 		t.Fatal(err)

@@ -548,5 +548,5 @@ func TestOOMReportSentenceSaysWhatAndWhy(t *testing.T) {
 type historyTrends struct{ *diagnosis.History }
 
 func (h *historyTrends) Forecast(diagnosis.Key) (diagnosis.Forecast, bool) {
-	return diagnosis.Forecast{Climb: diagnosis.Climb{Cause: diagnosis.Leak, Rate: 64 * mib}, ETA: 42 * time.Second}, true
+	return diagnosis.Forecast{Climb: diagnosis.Climb{Cause: diagnosis.Leak, Rate: 64 * mib, At: t0.Add(-time.Second)}, ETA: 42 * time.Second}, true
 }
