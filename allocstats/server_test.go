@@ -613,7 +613,7 @@ func TestServerPreinitialisesMessageCounters(t *testing.T) {
 		counts[mf.GetName()] = len(mf.GetMetric())
 	}
 	if counts["gpumem_allocstats_messages_total"] != len(messageLabels) || counts["gpumem_allocstats_connections"] != 1 ||
-		counts["gpumem_allocstats_connections_rejected_total"] != 4 || counts["gpumem_allocstats_connections_closed_total"] != 4 {
+		counts["gpumem_allocstats_connections_rejected_total"] != 4 || counts["gpumem_allocstats_connections_closed_total"] != 5 {
 		t.Errorf("series per metric at start: %v", counts)
 	}
 }
