@@ -5,9 +5,9 @@
 // exporter-toolkit checks a user and password against the bcrypt hash of
 // the web configuration, one comparison at a time behind a mutex, and
 // caches 100 results with random eviction. Every request with a new
-// password takes a comparison (tens of milliseconds of CPU at bcrypt's
-// default cost), and a request waiting for the mutex waits on even when its
-// client has gone. A client that sends new passwords faster than they are
+// password takes a comparison (tens to hundreds of milliseconds of CPU at
+// bcrypt's default cost), and a request waiting for the mutex waits on
+// even when its client has gone. A client that sends new passwords faster than they are
 // compared builds a queue of handler goroutines without bound: scrapes wait
 // behind it, memory grows with it, and it is still being worked off long
 // after the client stops. Its entries also evict Prometheus's from the
