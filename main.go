@@ -37,6 +37,7 @@ import (
 	"github.com/gpumem/gpumem_exporter/collector"
 	"github.com/gpumem/gpumem_exporter/exposition"
 	"github.com/gpumem/gpumem_exporter/foresight"
+	"github.com/gpumem/gpumem_exporter/internal/authguard"
 	"github.com/gpumem/gpumem_exporter/internal/connshed"
 	"github.com/gpumem/gpumem_exporter/internal/fdbudget"
 	"github.com/gpumem/gpumem_exporter/internal/logging"
@@ -109,6 +110,10 @@ func runExporter(o *options, logger, bare log.Logger) error {
 	// never one it serves (internal/connshed says why that and not
 	// shorter deadlines or per-source limits).
 	connshed.Configure(server)
+	if *o.webConfig.WebConfigFile != "" {
+		// Basic auth's bcrypt checks: bounded, never queued (internal/authguard).
+		authguard.New(authguard.Options{}).Protect(server)
+	}
 	errc := make(chan error, 2)
 	go func() {
 		if listeners == nil { // systemd socket activation

@@ -113,3 +113,20 @@ func bootTime() time.Duration {
 	}
 	return time.Duration(ts.Nano())
 }
+
+// kernelUID returns the uid the kernel recorded for the peer of c
+// (SO_PEERCRED), without the pidfd that peerCredentials also takes.
+func kernelUID(c kernelConn) (uint32, bool) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return 0, false
+	}
+	var cred *unix.Ucred
+	var credErr error
+	if err := raw.Control(func(s uintptr) {
+		cred, credErr = unix.GetsockoptUcred(int(s), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil || credErr != nil {
+		return 0, false
+	}
+	return cred.Uid, true
+}

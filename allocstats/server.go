@@ -141,6 +141,9 @@ type Server struct {
 	// identify says who is at the other end of a connection: identifyPeer,
 	// from the kernel's peer credentials and ProcPath.
 	identify func(c kernelConn, acceptedAt time.Duration) (*peer, error)
+	// connectingUID is the uid the kernel recorded for a connection's
+	// peer (kernelUID), read at accept for the global cap's share.
+	connectingUID func(c kernelConn) (uint32, bool)
 
 	mu       sync.Mutex
 	listener *net.UnixListener
@@ -148,6 +151,8 @@ type Server struct {
 	socketOK bool       // the socket file is ours and in place
 	conns    map[*connState]struct{}
 	perUID   map[uint32]int // open identified connections per uid
+	byUID    map[uint32]int // connections in conns per uid at accept (connState.uid)
+	accepted uint64         // connections accepted so far: connState.seq
 	serving  bool
 	closing  bool
 	wg       sync.WaitGroup
@@ -156,6 +161,11 @@ type Server struct {
 // connState is one open connection as the server tracks it.
 type connState struct {
 	c *net.UnixConn
+	// uid is the peer's uid as the kernel recorded it at accept, where
+	// hasUID; seq orders the connections by accept.
+	uid    uint32
+	hasUID bool
+	seq    uint64
 	// Set under Server.mu once the peer is identified and admitted.
 	peer *peer
 	// entry is the store entry the connection feeds (nil before its first
@@ -188,6 +198,9 @@ const (
 	closeOversize     = "oversize"
 	closeBufferBudget = "buffer_budget"
 	closeProcessGone  = "process_gone"
+	// closeMaxConnections: at the global cap, the newest connection of
+	// the uid holding the most made room for a uid that held none.
+	closeMaxConnections = "max_connections"
 )
 
 // messageLabels are the type/result pairs that can occur; they are
@@ -231,7 +244,7 @@ func NewServer(cfg Config, store *Store, logger log.Logger) (*Server, error) {
 		}, []string{"reason"}),
 		connectionsClosed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: prometheus.BuildFQName("gpumem", "allocstats", "connections_closed_total"),
-			Help: "Admitted connections the daemon closed: idle, an oversize line, the buffer budget spent, or the process gone (exited, or its entry removed).",
+			Help: "Admitted connections the daemon closed: idle, an oversize line, the buffer budget spent, the process gone (exited, or its entry removed), or room made at the connection limit for a uid that held none.",
 		}, []string{"reason"}),
 		warnMessage: ratelog.Path("allocstats_bad_message", 10, 6*time.Second),
 		warnRefused: ratelog.Path("allocstats_connection_refused", 10, 6*time.Second),
@@ -240,8 +253,10 @@ func NewServer(cfg Config, store *Store, logger log.Logger) (*Server, error) {
 		warnSocket:  ratelog.Path("allocstats_socket", 5, 10*time.Second),
 		conns:       make(map[*connState]struct{}),
 		perUID:      make(map[uint32]int),
+		byUID:       make(map[uint32]int),
 	}
 	s.identify = s.identifyPeer
+	s.connectingUID = kernelUID
 	for _, l := range messageLabels {
 		s.messages.WithLabelValues(l[0], l[1])
 	}
@@ -252,7 +267,7 @@ func NewServer(cfg Config, store *Store, logger log.Logger) (*Server, error) {
 	for _, r := range []string{rejectMaxConnections, rejectMaxConnectionsPerUID, rejectPeerCred, rejectPeerGone} {
 		s.connectionsRejected.WithLabelValues(r)
 	}
-	for _, r := range []string{closeIdle, closeOversize, closeBufferBudget, closeProcessGone} {
+	for _, r := range []string{closeIdle, closeOversize, closeBufferBudget, closeProcessGone, closeMaxConnections} {
 		s.connectionsClosed.WithLabelValues(r)
 	}
 	return s, nil
@@ -408,6 +423,7 @@ func (s *Server) acceptLoop(ctx context.Context, l *net.UnixListener, ended chan
 		backoff = 0
 		acceptedAt := bootTime()
 		cs := &connState{c: c}
+		cs.uid, cs.hasUID = s.connectingUID(c)
 		switch err := s.track(cs); {
 		case errors.Is(err, errConnectionLimit):
 			s.connectionsRejected.WithLabelValues(rejectMaxConnections).Inc()
@@ -427,7 +443,12 @@ var (
 	errShuttingDown          = errors.New("shutting down")
 )
 
-// track registers an accepted connection.
+// track registers an accepted connection. At the global cap, a
+// connection of a uid that holds none takes the place of the newest
+// connection of the uid that holds the most, if that uid holds more than
+// one: however many uids one party spreads its connections over (root can
+// take any), a user who is not connected yet gets in. Any other
+// connection over the cap is refused.
 func (s *Server) track(cs *connState) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -435,12 +456,59 @@ func (s *Server) track(cs *connState) error {
 		return errShuttingDown
 	}
 	if len(s.conns) >= s.cfg.MaxConnections {
-		return errConnectionLimit
+		if !cs.hasUID || s.byUID[cs.uid] > 0 || !s.makeRoomLocked() {
+			return errConnectionLimit
+		}
 	}
+	s.accepted++
+	cs.seq = s.accepted
 	s.conns[cs] = struct{}{}
+	if cs.hasUID {
+		s.byUID[cs.uid]++
+	}
 	s.wg.Add(1)
 	s.connections.Inc()
 	return nil
+}
+
+// makeRoomLocked closes the newest connection of the uid that holds the
+// most connections, if it holds more than one, and reports whether it did.
+func (s *Server) makeRoomLocked() bool {
+	var top uint32
+	most := 1
+	for uid, n := range s.byUID {
+		if n > most {
+			top, most = uid, n
+		}
+	}
+	if most <= 1 {
+		return false
+	}
+	var newest *connState
+	for cs := range s.conns {
+		if cs.hasUID && cs.uid == top && (newest == nil || cs.seq > newest.seq) {
+			newest = cs
+		}
+	}
+	if newest == nil {
+		return false
+	}
+	s.forgetLocked(newest)
+	newest.closeFor(closeMaxConnections)
+	s.warnLimit.Warn(s.logger).Log("msg", "Connection limit reached; closing the newest connection of the uid that holds the most, for a uid that holds none",
+		"limit", s.cfg.MaxConnections, "closed_uid", top, "its_connections", most)
+	return true
+}
+
+// forgetLocked takes cs out of the connections the caps count.
+func (s *Server) forgetLocked(cs *connState) {
+	delete(s.conns, cs)
+	if cs.hasUID {
+		if s.byUID[cs.uid]--; s.byUID[cs.uid] <= 0 {
+			delete(s.byUID, cs.uid)
+		}
+	}
+	s.connections.Dec()
 }
 
 // admit binds an identified peer to its connection, within the uid's
@@ -459,8 +527,7 @@ func (s *Server) admit(cs *connState, p *peer) error {
 func (s *Server) untrack(cs *connState) {
 	s.mu.Lock()
 	if _, ok := s.conns[cs]; ok {
-		delete(s.conns, cs)
-		s.connections.Dec()
+		s.forgetLocked(cs)
 	}
 	if p := cs.peer; p != nil {
 		if s.perUID[p.id.UID]--; s.perUID[p.id.UID] <= 0 {

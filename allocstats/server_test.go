@@ -613,7 +613,83 @@ func TestServerPreinitialisesMessageCounters(t *testing.T) {
 		counts[mf.GetName()] = len(mf.GetMetric())
 	}
 	if counts["gpumem_allocstats_messages_total"] != len(messageLabels) || counts["gpumem_allocstats_connections"] != 1 ||
-		counts["gpumem_allocstats_connections_rejected_total"] != 4 || counts["gpumem_allocstats_connections_closed_total"] != 4 {
+		counts["gpumem_allocstats_connections_rejected_total"] != 4 || counts["gpumem_allocstats_connections_closed_total"] != 5 {
 		t.Errorf("series per metric at start: %v", counts)
+	}
+}
+
+// TestAtTheCapAUIDWithoutAConnectionGetsOne: root can spread connections
+// over any number of uids, each under the per-uid cap, until the global
+// cap is full. A uid that holds no connection then takes the place of the
+// newest connection of the uid that holds the most.
+func TestAtTheCapAUIDWithoutAConnectionGetsOne(t *testing.T) {
+	var mu sync.Mutex
+	var queue []uint32 // the uids of the next connections, in accept order
+	uids := map[kernelConn]uint32{}
+	var pid atomic.Uint32
+	ts := startServer(t, func(c *Config) { c.MaxConnections, c.MaxConnectionsPerUID = 4, 4 }, func(s *Server) {
+		s.connectingUID = func(c kernelConn) (uint32, bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			uid := queue[0]
+			queue = queue[1:]
+			uids[c] = uid
+			return uid, true
+		}
+		s.identify = func(c kernelConn, _ time.Duration) (*peer, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return &peer{id: Identity{PID: 7000 + pid.Add(1), UID: uids[c], StartTime: 1}}, nil
+		}
+	})
+	connect := func(uid uint32) *client {
+		mu.Lock()
+		queue = append(queue, uid)
+		mu.Unlock()
+		return dial(t, ts.path)
+	}
+	first := []*client{connect(2000), connect(2000), connect(2001)}
+	newest := connect(2000)
+	for _, c := range append(first, newest) {
+		c.hello()
+	}
+	newcomer := connect(1000)
+	newcomer.hello()
+	newest.expectClosed(5 * time.Second)
+	for _, c := range first {
+		c.expectOpen()
+	}
+	connect(1000).expectClosed(5 * time.Second) // it holds one now
+	connect(2001).expectClosed(5 * time.Second) // so does every other uid here
+	if got := counterValue(t, ts.srv.connectionsClosed.WithLabelValues(closeMaxConnections)); got != 1 {
+		t.Errorf("connections closed to make room = %v, want 1", got)
+	}
+	if got := counterValue(t, ts.srv.connectionsRejected.WithLabelValues(rejectMaxConnections)); got != 2 {
+		t.Errorf("connections refused at the cap = %v, want 2", got)
+	}
+}
+
+// TestAtTheCapNoUIDLosesItsOnlyConnection: when every uid holds one
+// connection, a new uid is refused like any other.
+func TestAtTheCapNoUIDLosesItsOnlyConnection(t *testing.T) {
+	var next atomic.Uint32
+	ts := startServer(t, func(c *Config) { c.MaxConnections = 2 }, func(s *Server) {
+		s.connectingUID = func(kernelConn) (uint32, bool) { return 3000 + next.Add(1), true }
+	})
+	a, b := dial(t, ts.path), dial(t, ts.path)
+	a.hello()
+	b.hello()
+	dial(t, ts.path).expectClosed(5 * time.Second)
+	a.expectOpen()
+	b.expectOpen()
+}
+
+// expectOpen checks that the daemon has not closed the connection: a
+// read waits, and nothing comes.
+func (c *client) expectOpen() {
+	c.t.Helper()
+	c.c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	if _, err := c.r.ReadByte(); !errors.Is(err, os.ErrDeadlineExceeded) {
+		c.t.Fatalf("the connection is not open and quiet: %v", err)
 	}
 }

@@ -594,6 +594,13 @@ func (rep *Report) Sentence() string {
 // process's allocator at the failure (the stats it sent with the OOM), the
 // other processes NVML lists on the device, the device's memory and the
 // trend of the process's active memory.
+//
+// The verdict goes back to the reporting process and into an Event on its
+// pod, and any local process can send an oom: it reads the other
+// processes (names, pods, figures) only when NVML lists the reporting
+// process on the device, and the process's free memory only when NVML's
+// reading does not show materially more (freeDisagreement). Otherwise it
+// rests on what the process says of its own memory.
 func (r *Reports) diagnosisInput(ev allocstats.OOMEvent, rep *Report) diagnosis.Input {
 	in := diagnosis.Input{
 		Requested: ev.Requested,
@@ -625,8 +632,12 @@ func (r *Reports) diagnosisInput(ev allocstats.OOMEvent, rep *Report) diagnosis.
 		free := m.FreeBytes
 		in.Free = &free
 	}
-	if ev.Free.OK {
+	if ev.Free.OK && (in.Free == nil || *in.Free <= ev.Free.V || *in.Free-ev.Free.V <= max(ev.Requested, freeDisagreement)) {
 		in.Free = ev.Free.Ptr()
+	}
+	listed := false
+	for i := range rep.Processes {
+		listed = listed || (rep.Processes[i].Reporting && rep.Processes[i].NVMLListed)
 	}
 	// The process's own limit: from its stats where it sent one; else the
 	// OOM's allowed maximum, which is the GPU itself when none is set
@@ -652,8 +663,8 @@ func (r *Reports) diagnosisInput(ev allocstats.OOMEvent, rep *Report) diagnosis.
 			}
 			continue
 		}
-		if !p.NVMLListed {
-			continue // its own claim: not known to hold anything
+		if !p.NVMLListed || !listed {
+			continue // its own claim: not known to hold anything; or not the reporter's business
 		}
 		o := diagnosis.Process{PID: p.PID, Comm: p.Comm, Namespace: p.Namespace, Pod: p.Pod, Container: p.Container,
 			Used: p.UsedBytes, Context: p.ContextBytes, Reserved: p.ReservedBytes, Active: p.ActiveBytes}
@@ -661,6 +672,15 @@ func (r *Reports) diagnosisInput(ev allocstats.OOMEvent, rep *Report) diagnosis.
 	}
 	return in
 }
+
+// freeDisagreement is how much more free memory NVML's reading, taken
+// just after the failure, may show than the oom message says (beyond the
+// allocation that failed) before the message's figure gives way to
+// NVML's: what moves between the two in the ordinary course (the
+// process's own cache returned after the failure, a neighbour's
+// allocations) is rarely more, and where it is, NVML's figure is the
+// GPU as it is.
+const freeDisagreement = 1 << 30
 
 // topProcesses keeps the first n of ps, and the reporting process if it
 // comes later (in place of the n-th), and says how many it left out.

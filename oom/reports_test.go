@@ -543,6 +543,48 @@ func TestOOMReportSentenceSaysWhatAndWhy(t *testing.T) {
 	}
 }
 
+// TestOOMVerdictTellsOnlyAListedProcessAboutItsNeighbours: any local
+// process can send an oom for any GPU, with a free_bytes of its choosing.
+// Its verdict (its stderr, an Event on its pod) names other processes and
+// their figures only when NVML lists it on that GPU, and a free figure far
+// below NVML's reading is not believed.
+func TestOOMVerdictTellsOnlyAListedProcessAboutItsNeighbours(t *testing.T) {
+	tests := []struct {
+		name     string
+		pid      uint32
+		nvmlFree uint64 // the device's free memory in NVML's reading
+		free     uint64 // what the oom message says
+		wantFree uint64 // the figure the verdict rests on
+		named    bool   // the verdict may name pid 200 ("eval")
+	}{
+		{"a process NVML does not list, claiming 1 MiB free", 500, 132771 * mib, 1 * mib, 132771 * mib, false},
+		{"a process NVML does not list, NVML agreeing the GPU is full", 500, 400 * mib, 300 * mib, 300 * mib, false},
+		{"a listed process claiming 1 MiB free on an empty GPU", 100, 132771 * mib, 1 * mib, 132771 * mib, false},
+		{"a listed process on a full GPU", 100, 400 * mib, 300 * mib, 300 * mib, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			store, snap := oomFixture(t)
+			snap.Devices[1].Memory.Free = tt.nvmlFree
+			reports := New(Config{Capacity: 4, Sources: sources(snap, store)})
+			reports.Record(mustReportOOM(t, store, tt.pid, allocstats.OOMMessage{UUID: testUUID, RequestedBytes: 916 * mib, FreeBytes: allocstats.Some(tt.free)}))
+			rep := reports.List()[0]
+			v := rep.Verdict
+			text := v.Summary + " " + v.Remedy + " " + rep.Sentence()
+			mentions := len(v.Holders) > 0 || strings.Contains(text, "pid 200") || strings.Contains(text, "eval")
+			if mentions && !tt.named {
+				t.Errorf("verdict names another process: %s %+v", text, v.Holders)
+			}
+			if tt.named && (v.Cause != diagnosis.Neighbours || !mentions) {
+				t.Errorf("verdict %s: %s; want neighbours, naming pid 200", v.Cause, text)
+			}
+			if got, ok := v.Figures["free_bytes"]; ok && got != tt.wantFree {
+				t.Errorf("verdict rests on free_bytes %d MiB, want %d MiB", got/mib, tt.wantFree/mib)
+			}
+		})
+	}
+}
+
 // historyTrends is the Trends of a history the test notes itself, with a
 // fixed forecast.
 type historyTrends struct{ *diagnosis.History }

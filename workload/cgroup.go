@@ -126,38 +126,35 @@ func (l cgroupLine) rank() int {
 	return best
 }
 
-// parseCgroupPath finds the IDs in one cgroup path. Where a path names
-// several containers (a kind node is a Docker container that runs pods),
-// the innermost one wins: that is the container the process runs in.
+// parseCgroupPath finds the IDs in one cgroup path. A pod or Slurm job is
+// named only from where the kubelet or slurmd puts it, which only root can
+// create: the kubelet's hierarchy of slices from the root of the path
+// (systemd driver), or /kubepods (cgroupfs driver); Slurm's scope below a
+// slice at the root (v2), or /slurm (v1). The same names anywhere else (a
+// user's delegated subtree, a container with a writable cgroupfs, a nested
+// runtime) name nothing. A container ID outside Kubernetes is the innermost
+// one in the path (a Docker in Docker container runs in the inner one),
+// never one below a user's own systemd instance (user@<uid>.service),
+// where the user names the cgroups.
 func parseCgroupPath(path string) CgroupInfo {
 	info := CgroupInfo{Path: path}
-	components := strings.Split(path, "/")
-	kubepods, slurm := false, false
-	for _, comp := range components {
-		if comp == "" || comp == "." || comp == ".." {
-			continue
+	comps, ok := pathComponents(path)
+	if !ok {
+		return info
+	}
+	if pod, container, ok := kubeletLayout(comps); ok {
+		info.PodUID, info.ContainerID = pod, container
+		return info
+	}
+	if job, ok := slurmJob(comps); ok {
+		info.SlurmJobID = job
+		return info
+	}
+	for _, comp := range comps {
+		if isUserManager(comp) {
+			break
 		}
-		if strings.Contains(comp, "kubepods") {
-			kubepods = true
-		}
-		if isSlurmComponent(comp) {
-			slurm = true
-			continue
-		}
-		if slurm {
-			if id, ok := strings.CutPrefix(comp, "job_"); ok && isDigits(id) && len(id) <= 20 {
-				info.SlurmJobID = id
-				slurm = false
-				continue
-			}
-		}
-		// containerd on cgroup v1 with a systemd-style cgroupsPath writes
-		// "kubepods-burstable-pod<uid>.slice:cri-containerd:<id>".
 		for part := range strings.SplitSeq(comp, ":") {
-			if uid, ok := podUIDFromComponent(part, kubepods); ok {
-				info.PodUID = uid
-				continue
-			}
 			if id, ok := containerIDFromComponent(part); ok {
 				info.ContainerID = id
 			}
@@ -166,37 +163,162 @@ func parseCgroupPath(path string) CgroupInfo {
 	return info
 }
 
-// isSlurmComponent reports whether comp is where Slurm puts its jobs:
-// "slurm" or "slurm_<node>" on cgroup v1, "slurmstepd.scope" or
-// "<node>_slurmstepd.scope" on cgroup v2.
-func isSlurmComponent(comp string) bool {
-	return comp == "slurm" || strings.HasPrefix(comp, "slurm_") ||
-		strings.HasSuffix(comp, "slurmstepd.scope")
+// pathComponents splits a cgroup path into its names. Leading ".."
+// (a path relative to the reader's cgroup namespace, which lies below the
+// kubelet's pod cgroups) are kept, so that a path never passes for one
+// from the root; ".." anywhere else is not a path the kernel writes.
+func pathComponents(path string) ([]string, bool) {
+	var comps []string
+	leading := true
+	for comp := range strings.SplitSeq(path, "/") {
+		switch {
+		case comp == "" || comp == ".":
+			continue
+		case comp == "..":
+			if !leading {
+				return nil, false
+			}
+		default:
+			leading = false
+		}
+		comps = append(comps, comp)
+	}
+	return comps, true
 }
 
-// podUIDFromComponent reads a pod UID from a kubelet cgroup name:
-// "pod<uid>" (cgroupfs driver, below a kubepods cgroup) or
-// "<parent>-pod<uid_with_underscores>.slice" (systemd driver).
-func podUIDFromComponent(comp string, underKubepods bool) (string, bool) {
-	var raw string
-	if name, ok := strings.CutSuffix(comp, ".slice"); ok {
-		i := strings.LastIndex(name, "-pod")
-		if i < 0 || !strings.Contains(name[:i], "kubepods") {
+// kubeletLayout reads the pod UID and the container ID from a path in the
+// kubelet's layout:
+//
+//	/kubepods.slice/kubepods-<qos>.slice/kubepods-<qos>-pod<uid>.slice/<runtime>-<id>.scope
+//	/<root>.slice/<root>-kubepods.slice/…-pod<uid>.slice/…   (--cgroup-root, as kind's)
+//	/kubepods/<qos>/pod<uid>/<id>                             (cgroupfs driver)
+//	/kubepods-<qos>-pod<uid>.slice:<runtime>:<id>             (containerd, v1, systemd cgroupsPath)
+//
+// With the systemd driver every cgroup from the root to the pod's is a
+// slice whose name extends its parent's, as systemd requires, and one of
+// them names kubepods. In a cgroup namespace (the path starts with "..":
+// the reader sits in a pod's container) the first name after them must be
+// a slice that names kubepods: every cgroup that the ".." reach is one the
+// kubelet made. The container is the cgroup right below the pod's, where
+// the runtime puts it; what lies deeper (a runtime in the container) does
+// not change it.
+func kubeletLayout(comps []string) (podUID, containerID string, ok bool) {
+	relative := false
+	for len(comps) > 0 && comps[0] == ".." {
+		comps, relative = comps[1:], true
+	}
+	if len(comps) == 0 {
+		return "", "", false
+	}
+	if !relative && comps[0] == "kubepods" { // cgroupfs driver
+		i := 1
+		if i < len(comps) && (comps[i] == "burstable" || comps[i] == "besteffort") {
+			i++
+		}
+		if i >= len(comps) {
+			return "", "", false
+		}
+		rest, ok := strings.CutPrefix(comps[i], "pod")
+		if !ok || !IsPodUID(rest) {
+			return "", "", false
+		}
+		return rest, containerBelow(comps[i+1:]), true
+	}
+	// systemd driver: a chain of slices.
+	parent := ""
+	kubepods := false
+	for i, comp := range comps {
+		first, more, hasMore := strings.Cut(comp, ":")
+		name, isSlice := strings.CutSuffix(first, ".slice")
+		if !isSlice || (parent != "" && !strings.HasPrefix(name, parent+"-")) {
+			return "", "", false
+		}
+		for e := range strings.SplitSeq(name, "-") {
+			kubepods = kubepods || e == "kubepods"
+		}
+		if relative && i == 0 && !kubepods {
+			return "", "", false
+		}
+		if uid, ok := podUIDFromComponent(first); ok && kubepods {
+			if hasMore { // "<pod slice>:<runtime>:<id>"
+				return uid, containerBelow([]string{more}), true
+			}
+			return uid, containerBelow(comps[i+1:]), true
+		}
+		if hasMore {
+			return "", "", false
+		}
+		parent = name
+	}
+	return "", "", false
+}
+
+// containerBelow is the container ID of the first of comps, the cgroup
+// right below a pod's, or "".
+func containerBelow(comps []string) string {
+	if len(comps) == 0 {
+		return ""
+	}
+	id := ""
+	for part := range strings.SplitSeq(comps[0], ":") {
+		if c, ok := containerIDFromComponent(part); ok {
+			id = c
+		}
+	}
+	return id
+}
+
+// slurmJob reads the job ID from a path where slurmd puts its jobs:
+// cgroup v2 "/system.slice/slurmstepd.scope/job_<id>" (the scope also
+// "<node>_slurmstepd.scope" with several slurmd on one host, and below
+// any slice at the root), cgroup v1 "/slurm/uid_<uid>/job_<id>" (also
+// "/slurm_<node>/").
+func slurmJob(comps []string) (string, bool) {
+	if len(comps) < 3 {
+		return "", false
+	}
+	var job string
+	switch {
+	case comps[0] == "slurm" || strings.HasPrefix(comps[0], "slurm_"): // v1
+		uid, ok := strings.CutPrefix(comps[1], "uid_")
+		if !ok || !isDigits(uid) {
 			return "", false
 		}
-		raw = name[i+len("-pod"):]
-	} else if rest, ok := strings.CutPrefix(comp, "pod"); ok && underKubepods {
-		raw = rest
-	} else {
+		job = comps[2]
+	case strings.HasSuffix(comps[0], ".slice") && !strings.Contains(comps[0], "-") &&
+		(comps[1] == "slurmstepd.scope" || strings.HasSuffix(comps[1], "_slurmstepd.scope")): // v2
+		job = comps[2]
+	default:
+		return "", false
+	}
+	id, ok := strings.CutPrefix(job, "job_")
+	if !ok || !isDigits(id) || len(id) > 20 {
+		return "", false
+	}
+	return id, true
+}
+
+// isUserManager reports whether comp is a user's systemd instance
+// (user@<uid>.service), below which the user creates cgroups at will.
+func isUserManager(comp string) bool {
+	return strings.HasPrefix(comp, "user@") && strings.HasSuffix(comp, ".service")
+}
+
+// podUIDFromComponent reads a pod UID from the name of the kubelet's pod
+// slice (systemd driver), "<parent>-pod<uid_with_underscores>.slice".
+func podUIDFromComponent(comp string) (string, bool) {
+	name, ok := strings.CutSuffix(comp, ".slice")
+	if !ok {
+		return "", false
+	}
+	i := strings.LastIndex(name, "-pod")
+	if i < 0 {
 		return "", false
 	}
 	// systemd reserves "-" as the slice hierarchy separator, so the kubelet
 	// writes the UID's dashes as underscores.
-	uid := strings.ReplaceAll(raw, "_", "-")
-	if isUUID(uid) || (len(uid) == 32 && isLowerHex(uid)) {
-		return uid, true
-	}
-	return "", false
+	uid := strings.ReplaceAll(name[i+len("-pod"):], "_", "-")
+	return uid, IsPodUID(uid)
 }
 
 // runtimePrefixes are the names that container runtimes put before a

@@ -41,11 +41,14 @@ func TestParseCgroupFixtures(t *testing.T) {
 		{"v2-pod-level.txt", CgroupInfo{Path: burstableU, PodUID: podU}},
 		{"v2-static-pod.txt", CgroupInfo{Path: "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + podStatic + ".slice/cri-containerd-" + idA + ".scope", ContainerID: idA, PodUID: podStatic}},
 		{"v2-cgroupns-relative.txt", CgroupInfo{Path: "/../../../kubepods-burstable.slice/kubepods-burstable-pod" + podUSlice + ".slice/cri-containerd-" + idA + ".scope", ContainerID: idA, PodUID: podU}},
-		{"v2-kind-from-host.txt", CgroupInfo{Path: "/system.slice/docker-" + idE + ".scope/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-besteffort.slice/kubelet-kubepods-besteffort-pod" + podVSlice + ".slice/cri-containerd-" + idF + ".scope", ContainerID: idF, PodUID: podV}},
+		// Seen from the host, a kind node's pods are below a Docker
+		// container, whose cgroupfs is writable: no pod there.
+		{"v2-kind-from-host.txt", CgroupInfo{Path: "/system.slice/docker-" + idE + ".scope/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-besteffort.slice/kubelet-kubepods-besteffort-pod" + podVSlice + ".slice/cri-containerd-" + idF + ".scope", ContainerID: idF}},
 		{"v2-kind-from-node.txt", CgroupInfo{Path: "/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-burstable.slice/kubelet-kubepods-burstable-pod" + podVSlice + ".slice/cri-containerd-" + idF + ".scope", ContainerID: idF, PodUID: podV}},
 		// Containers outside Kubernetes.
 		{"v2-docker-systemd.txt", CgroupInfo{Path: "/system.slice/docker-" + idD + ".scope", ContainerID: idD}},
-		{"v2-podman-rootless.txt", CgroupInfo{Path: "/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-" + idG + ".scope/container", ContainerID: idG}},
+		// Below user@<uid>.service the user names the cgroups: no ID.
+		{"v2-podman-rootless.txt", CgroupInfo{Path: "/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-" + idG + ".scope/container"}},
 		{"v2-podman-conmon.txt", CgroupInfo{Path: "/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-conmon-" + idG + ".scope"}},
 		// Slurm, cgroup v2.
 		{"v2-slurm.txt", CgroupInfo{Path: "/system.slice/slurmstepd.scope/job_1234/step_0/user/task_0", SlurmJobID: "1234"}},
@@ -131,6 +134,44 @@ func TestParseCgroupOddInput(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := ParseCgroup(tt.content); got != tt.want {
 				t.Errorf("ParseCgroup(%.80q)\n got %+v\nwant %+v", tt.content, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestParseCgroupNamesPodsAndJobsOnlyWhereTheKubeletAndSlurmdPutThem: the
+// IDs are world-readable in /proc/<pid>/cgroup, and a user with a cgroup
+// subtree of their own (systemd's user@.service delegates one, a container
+// with a writable cgroupfs, a nested runtime) can create a cgroup of any
+// name in it and move a process there.
+func TestParseCgroupNamesPodsAndJobsOnlyWhereTheKubeletAndSlurmdPutThem(t *testing.T) {
+	victimPod := "kubepods-besteffort-pod" + podVSlice + ".slice/cri-containerd-" + idF + ".scope"
+	tests := []struct {
+		name string
+		path string
+		want CgroupInfo
+	}{
+		{"a pod below a user's delegated subtree", "/user.slice/user-1000.slice/user@1000.service/" + victimPod, CgroupInfo{}},
+		{"a pod's whole hierarchy below a user's delegated subtree", "/user.slice/user-1000.slice/user@1000.service/app.slice/kubepods.slice/kubepods-besteffort.slice/" + victimPod, CgroupInfo{}},
+		{"a cgroupfs pod below a user's delegated subtree", "/user.slice/user-1000.slice/user@1000.service/kubepods/besteffort/pod" + podV + "/" + idF, CgroupInfo{}},
+		{"a Slurm job below a user's delegated subtree", "/user.slice/user-1000.slice/user@1000.service/n1_slurmstepd.scope/job_4242", CgroupInfo{}},
+		{"a Slurm v1 job below a user's delegated subtree", "/user.slice/user-1000.slice/user@1000.service/slurm/uid_1000/job_4242", CgroupInfo{}},
+		{"a pod below a delegated system service", "/system.slice/runner.service/kubepods.slice/kubepods-besteffort.slice/" + victimPod, CgroupInfo{ContainerID: idF}},
+		{"a Slurm job below a delegated system service", "/system.slice/runner.service/slurmstepd.scope/job_4242", CgroupInfo{}},
+		{"a pod seen from a cgroup namespace, below a user's subtree", "/../../../../user.slice/user-1000.slice/user@1000.service/" + victimPod, CgroupInfo{}},
+		{"another pod's cgroup made inside a pod's container", "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + podUSlice + ".slice/cri-containerd-" + idA + ".scope/" + victimPod, CgroupInfo{PodUID: podU, ContainerID: idA}},
+		{"another pod's cgroup made inside a pod's container, cgroupfs", "/kubepods/burstable/pod" + podU + "/" + idA + "/kubepods/besteffort/pod" + podV + "/" + idF, CgroupInfo{PodUID: podU, ContainerID: idA}},
+		{"a slice chain broken by a foreign slice", "/kubepods.slice/other.slice/" + victimPod, CgroupInfo{ContainerID: idF}},
+		{"a pod slice with no kubepods above it", "/machine.slice/machine-pod" + podVSlice + ".slice/cri-containerd-" + idF + ".scope", CgroupInfo{ContainerID: idF}},
+		{"a Slurm job inside a job's task cgroup", "/system.slice/slurmstepd.scope/job_1/step_0/user/task_0/slurmstepd.scope/job_2", CgroupInfo{SlurmJobID: "1"}},
+		{"a parent reference inside the path", "/user.slice/../kubepods.slice/" + victimPod, CgroupInfo{}},
+		{"a Slurm v1 job without the uid level", "/slurm/job_4242/step_0", CgroupInfo{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.want.Path = tt.path
+			if got := ParseCgroup("0::" + tt.path + "\n"); got != tt.want {
+				t.Errorf("ParseCgroup(%s)\n got %+v\nwant %+v", tt.path, got, tt.want)
 			}
 		})
 	}

@@ -77,15 +77,47 @@ func parseStatStartTime(data []byte) (uint64, error) {
 }
 
 // Comm returns the command name of pid, /proc/<pid>/comm without its
-// newline. Bytes that are not UTF-8 are replaced, so that the name is a
-// valid label value.
+// newline, as SafeName makes it. Any process names itself (prctl
+// PR_SET_NAME), and the name goes to labels, the landing page, logs,
+// OOM reports and Kubernetes Events: it is made safe here, once, for all
+// of them.
 func Comm(procPath string, pid uint32) (string, error) {
 	data, err := readProcFile(procPath, pid, "comm")
 	if err != nil {
 		return "", err
 	}
-	comm := strings.TrimSuffix(string(data), "\n")
-	return strings.ToValidUTF8(comm, "\uFFFD"), nil
+	return SafeName(strings.TrimSuffix(string(data), "\n")), nil
+}
+
+// SafeName replaces with U+FFFD what a terminal or a text renderer would
+// act on rather than show: bytes that are not UTF-8, C0 controls (escape,
+// bell, newline, ...) and DEL, C1 controls, and the Unicode bidirectional
+// controls that reorder the text around them.
+func SafeName(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if strings.IndexFunc(s, isUnsafeRune) < 0 {
+		return s
+	}
+	return strings.Map(func(r rune) rune {
+		if isUnsafeRune(r) {
+			return '\uFFFD'
+		}
+		return r
+	}, s)
+}
+
+func isUnsafeRune(r rune) bool {
+	switch {
+	case r < 0x20 || r == 0x7f: // C0, DEL
+		return true
+	case r >= 0x80 && r <= 0x9f: // C1
+		return true
+	case r == 0x061c, r == 0x200e, r == 0x200f, // ALM, LRM, RLM
+		r >= 0x202a && r <= 0x202e, // LRE, RLE, PDF, LRO, RLO
+		r >= 0x2066 && r <= 0x2069: // LRI, RLI, FSI, PDI
+		return true
+	}
+	return false
 }
 
 // RealUID returns the real user ID of pid, the first number of the Uid:

@@ -88,6 +88,12 @@ func TestComm(t *testing.T) {
 		{"spaces are kept", "pt_main thread\n", "pt_main thread"},
 		{"invalid UTF-8 is replaced", "bad\xffname\n", "bad\uFFFDname"},
 		{"empty", "", ""},
+		{"a terminal title and clear screen", "\x1b]0;PWN\a\x1b[2J\n", "\uFFFD]0;PWN\uFFFD\uFFFD[2J"},
+		{"DEL and a tab", "a\x7fb\tc\n", "a\uFFFDb\uFFFDc"},
+		{"C1 controls (CSI, NEL)", "a\u009b2Jb\u0085\n", "a\uFFFD2Jb\uFFFD"},
+		{"a newline inside the name", "two\nlines\n", "two\uFFFDlines"},
+		{"bidi overrides and isolates", "gpt\u202eexe.\u2066x\u2069\u200f\n", "gpt\uFFFDexe.\uFFFDx\uFFFD\uFFFD"},
+		{"other non-ASCII is kept", "训练-é\n", "训练-é"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -293,19 +293,33 @@ func (r *ProcResolver) logReadError(pid uint32, what string, err error, repeated
 // Refresh; a pid whose /proc entry could not be read then has an Info with
 // only PID set. Pod, namespace and container names come from the
 // PodLookup at lookup time, so they appear as soon as it knows them.
+//
+// The container is named only when the status of the process's pod lists
+// its container ID. Where the PodLookup knows the container as another
+// pod's (or as a pod's, for a process in no pod), the cgroup contradicts
+// the API server: neither the pod nor the container is named, and the
+// IDs alone are exported.
 func (r *ProcResolver) Lookup(pid uint32) (Info, bool) {
 	e, ok := (*r.cache.Load())[pid]
 	if !ok {
 		return Info{}, false
 	}
 	info := e.info
-	if r.pods != nil {
-		if info.PodUID != "" {
-			info.Namespace, info.Pod, _ = r.pods.Pod(info.PodUID)
+	if r.pods == nil {
+		return info, true
+	}
+	if info.ContainerID != "" {
+		owner, name, known := r.pods.Container(info.ContainerID)
+		switch {
+		case !known: // not in the pod's status yet
+		case owner == info.PodUID:
+			info.Container = name
+		default:
+			return info, true
 		}
-		if info.ContainerID != "" {
-			info.Container, _ = r.pods.Container(info.ContainerID)
-		}
+	}
+	if info.PodUID != "" {
+		info.Namespace, info.Pod, _ = r.pods.Pod(info.PodUID)
 	}
 	return info, true
 }

@@ -2,6 +2,7 @@ package workload
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -28,11 +29,13 @@ func (m *mapPods) Pod(uid string) (string, string, bool) {
 	return p[0], p[1], ok
 }
 
-func (m *mapPods) Container(id string) (string, bool) {
+// Container finds "<pod uid>/<name>" in containers.
+func (m *mapPods) Container(id string) (string, string, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	name, ok := m.containers[id]
-	return name, ok
+	v, ok := m.containers[id]
+	pod, name, _ := strings.Cut(v, "/")
+	return pod, name, ok
 }
 
 // syncBuffer is a log destination safe for concurrent writes.
@@ -190,11 +193,45 @@ func TestResolverNamesKubernetesObjectsAtLookup(t *testing.T) {
 	// names show without another Refresh.
 	pods.mu.Lock()
 	pods.pods[podU] = [2]string{"ml", "trainer-0"}
-	pods.containers[idA] = "pytorch"
+	pods.containers[idA] = podU + "/pytorch"
 	pods.mu.Unlock()
 	got, _ = r.Lookup(100)
 	if got.Namespace != "ml" || got.Pod != "trainer-0" || got.Container != "pytorch" {
 		t.Errorf("after the pod is known: %+v; want ml/trainer-0/pytorch", got)
+	}
+}
+
+// TestResolverNamesAContainerOnlyInThePodWhoseStatusListsIt: the
+// container ID is world-readable, and the cgroup may say one pod while the
+// API server lists the container in another.
+func TestResolverNamesAContainerOnlyInThePodWhoseStatusListsIt(t *testing.T) {
+	podSlice := "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + podUSlice + ".slice/cri-containerd-%s.scope\n"
+	pods := &mapPods{
+		pods:       map[string][2]string{podU: {"ml", "trainer-0"}, podV: {"prod", "bert-finetune-0"}},
+		containers: map[string]string{idA: podU + "/pytorch", idF: podV + "/trainer"},
+	}
+	tests := []struct {
+		name   string
+		cgroup string
+		want   [3]string // namespace, pod, container
+	}{
+		{"the pod's own container", fmt.Sprintf(podSlice, idA), [3]string{"ml", "trainer-0", "pytorch"}},
+		{"a container the pod's status does not list yet", fmt.Sprintf(podSlice, idB), [3]string{"ml", "trainer-0", ""}},
+		{"another pod's container", fmt.Sprintf(podSlice, idF), [3]string{}},
+		{"a pod's container claimed by a process in no pod", "0::/system.slice/docker-" + idF + ".scope\n", [3]string{}},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			pid := uint32(100 + i)
+			writeProcess(t, dir, pid, fakeProcess{Comm: "python3", Start: 5, UID: "1000", Cgroup: tt.cgroup})
+			r, _ := newTestResolver(t, dir, pods)
+			r.Refresh([]uint32{pid})
+			got, _ := r.Lookup(pid)
+			if names := [3]string{got.Namespace, got.Pod, got.Container}; names != tt.want {
+				t.Errorf("names %q, want %q (%+v)", names, tt.want, got)
+			}
+		})
 	}
 }
 
@@ -225,7 +262,7 @@ func TestResolverConcurrentRefreshAndLookup(t *testing.T) {
 		writeProcess(t, dir, pid, fakeProcess{Comm: "python3", Start: 1, UID: "1000",
 			Cgroup: "0::/kubepods/burstable/pod" + podU + "/" + idA + "\n"})
 	}
-	pods := &mapPods{pods: map[string][2]string{podU: {"ml", "trainer-0"}}, containers: map[string]string{idA: "pytorch"}}
+	pods := &mapPods{pods: map[string][2]string{podU: {"ml", "trainer-0"}}, containers: map[string]string{idA: podU + "/pytorch"}}
 	r, _ := newTestResolver(t, dir, pods)
 
 	var wg sync.WaitGroup

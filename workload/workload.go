@@ -38,8 +38,10 @@ type PodLookup interface {
 	// Pod returns the namespace and name of the pod with this UID.
 	Pod(podUID string) (namespace, name string, ok bool)
 	// Container returns the name of the container with this runtime ID
-	// (the hex ID, without a "containerd://" scheme).
-	Container(containerID string) (name string, ok bool)
+	// (the hex ID, without a "containerd://" scheme) and the UID of the
+	// pod whose status lists it, as the kubelet names the pod's cgroup (a
+	// static pod's own UID, not its mirror pod's).
+	Container(containerID string) (podUID, name string, ok bool)
 }
 
 // NodeName is the name of this node in workload names: name (the

@@ -91,3 +91,56 @@ func TestAttributionEndToEnd(t *testing.T) {
 		}
 	})
 }
+
+// TestAttributionIgnoresAVictimsIDsInADelegatedSubtree: a user with a
+// cgroup subtree of their own (systemd's user@.service with Delegate=yes)
+// makes cgroups named after a victim's pod and container, or a Slurm job,
+// and moves a process there. The victim's pod UID and container ID are
+// world-readable in /proc/<pid>/cgroup. The process gets none of the
+// victim's names, and no ID that a pod, an Event or an alert would follow.
+func TestAttributionIgnoresAVictimsIDsInADelegatedSubtree(t *testing.T) {
+	const (
+		victimPid   = 4101
+		podAttacker = 4102
+		jobAttacker = 4103
+		nestedPid   = 4104 // a pod's container with a writable cgroupfs
+	)
+	podVSlice := "e00dcbd6_facc_5d2d_9da1_eee11a20fe71"
+	victimCgroup := "kubepods-besteffort-pod" + podVSlice + ".slice/cri-containerd-" + idF + ".scope"
+	proc := t.TempDir()
+	procfixture.Write(t, proc, victimPid, procfixture.Process{Comm: "python3", Start: 1000, UID: "1001",
+		Cgroup: "0::/kubepods.slice/kubepods-besteffort.slice/" + victimCgroup + "\n"})
+	procfixture.Write(t, proc, podAttacker, procfixture.Process{Comm: "python3", Start: 1100, UID: "1000",
+		Cgroup: "0::/user.slice/user-1000.slice/user@1000.service/" + victimCgroup + "\n"})
+	procfixture.Write(t, proc, jobAttacker, procfixture.Process{Comm: "python3", Start: 1200, UID: "1000",
+		Cgroup: "0::/user.slice/user-1000.slice/user@1000.service/n1_slurmstepd.scope/job_4242\n"})
+	procfixture.Write(t, proc, nestedPid, procfixture.Process{Comm: "python3", Start: 1300, UID: "0",
+		Cgroup: "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + podUSlice + ".slice/cri-containerd-" + idA + ".scope/" + victimCgroup + "\n"})
+
+	source := newPodSource(
+		newPod("ml", "bert-finetune-0", podV, withContainers(status("trainer", "containerd://"+idF))),
+		newPod("dev", "sandbox-0", podU, withContainers(status("shell", "containerd://"+idA))),
+	)
+	pods, _ := startInformer(t, source)
+	r := workload.NewProcResolver(proc, pods, nil)
+	r.Refresh([]uint32{victimPid, podAttacker, jobAttacker, nestedPid})
+
+	tests := []struct {
+		name string
+		pid  uint32
+		want [6]string // namespace, pod, container, pod UID, container ID, Slurm job
+	}{
+		{"the victim", victimPid, [6]string{"ml", "bert-finetune-0", "trainer", podV, idF, ""}},
+		{"a process in the victim's pod and container names below user@1000.service", podAttacker, [6]string{}},
+		{"a process in a Slurm job's name below user@1000.service", jobAttacker, [6]string{}},
+		{"a process in the victim's names inside another pod's container", nestedPid, [6]string{"dev", "sandbox-0", "shell", podU, idA, ""}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, _ := r.Lookup(tt.pid)
+			if g := [6]string{got.Namespace, got.Pod, got.Container, got.PodUID, got.ContainerID, got.SlurmJobID}; g != tt.want {
+				t.Errorf("Lookup(%d) names %q\nwant %q", tt.pid, g, tt.want)
+			}
+		})
+	}
+}

@@ -195,15 +195,24 @@ func (p *Informer) Pod(podUID string) (namespace, name string, ok bool) {
 	return rec.namespace, rec.name, ok
 }
 
-// Container implements PodLookup.
-func (p *Informer) Container(containerID string) (string, bool) {
+// Container implements PodLookup: the pod is the one whose status lists
+// the container, by the UID the kubelet gives its cgroup (for a mirror
+// pod, the static pod's).
+func (p *Informer) Container(containerID string) (podUID, name string, ok bool) {
 	if p == nil {
-		return "", false
+		return "", "", false
 	}
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	c, ok := p.containers[containerID]
-	return c.name, ok
+	if !ok {
+		return "", "", false
+	}
+	podUID = c.podUID
+	if rec, found := p.pods[c.podUID]; found && rec.mirrorOf != "" {
+		podUID = rec.mirrorOf
+	}
+	return podUID, c.name, true
 }
 
 func (p *Informer) podCount() int {

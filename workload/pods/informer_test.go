@@ -50,7 +50,7 @@ func TestNilInformerKnowsNoPods(t *testing.T) {
 	if _, _, ok := lookup.Pod(podU); ok {
 		t.Error("a nil informer knows a pod")
 	}
-	if _, ok := lookup.Container(idA); ok {
+	if _, _, ok := lookup.Container(idA); ok {
 		t.Error("a nil informer knows a container")
 	}
 }
@@ -273,7 +273,7 @@ func TestInformerMapsPodsAndContainers(t *testing.T) {
 		{idA, "pytorch"}, {idC, "sidecar"}, {idB, "fetch-weights"}, {idD, "debugger-x7k2p"}, {idE, "triton"},
 	}
 	for _, want := range containers {
-		if name, ok := p.Container(want.id); !ok || name != want.name {
+		if _, name, ok := p.Container(want.id); !ok || name != want.name {
 			t.Errorf("Container(%.12s) = %q, %v; want %s", want.id, name, ok, want.name)
 		}
 	}
@@ -291,8 +291,8 @@ func TestInformerFollowsUpdatesAndDeletes(t *testing.T) {
 
 	// The container restarts: a new ID replaces the old one.
 	source.update(t, newPod("ml", "trainer-0", podU, withContainers(status("pytorch", "containerd://"+idB))))
-	waitFor(t, "the restarted container", func() bool { _, ok := p.Container(idB); return ok })
-	if _, ok := p.Container(idA); ok {
+	waitFor(t, "the restarted container", func() bool { _, _, ok := p.Container(idB); return ok })
+	if _, _, ok := p.Container(idA); ok {
 		t.Error("the container's old ID is still known after its restart")
 	}
 
@@ -301,7 +301,7 @@ func TestInformerFollowsUpdatesAndDeletes(t *testing.T) {
 	waitFor(t, "the added pod", podKnown(p, podV))
 	source.remove(t, "ml", "trainer-0")
 	waitFor(t, "the deleted pod to go", func() bool { return !podKnown(p, podU)() })
-	if _, ok := p.Container(idB); ok {
+	if _, _, ok := p.Container(idB); ok {
 		t.Error("a deleted pod's container is still known")
 	}
 	waitFor(t, "gpumem_kubernetes_pods to be 1", func() bool { return testutil.ToFloat64(p.podsGauge) == 1 })
@@ -319,7 +319,7 @@ func TestInformerDeleteTombstone(t *testing.T) {
 	if podKnown(p, podU)() {
 		t.Error("pod still known after a tombstone deletion")
 	}
-	if _, ok := p.Container(idA); ok {
+	if _, _, ok := p.Container(idA); ok {
 		t.Error("container still known after a tombstone deletion")
 	}
 	// Objects of other kinds are ignored, not a panic.
@@ -335,6 +335,10 @@ func TestInformerStaticPodFoundByMirror(t *testing.T) {
 	ns, name, ok := p.Pod(podStatic)
 	if !ok || ns != "kube-system" || name != "gpu-probe-"+testNode {
 		t.Errorf("Pod(static UID) = %q, %q, %v; want the mirror pod kube-system/gpu-probe-%s", ns, name, ok, testNode)
+	}
+	// The container's pod is the UID its cgroup carries: the static pod's.
+	if pod, name, ok := p.Container(idA); !ok || pod != podStatic || name != "probe" {
+		t.Errorf("Container(%.12s) = %q, %q, %v; want the static pod %s's probe", idA, pod, name, ok, podStatic)
 	}
 }
 
@@ -379,7 +383,7 @@ func TestInformerLookupsBeforeSyncDoNotBlock(t *testing.T) {
 			if _, _, ok := p.Pod(podU); ok {
 				t.Errorf("%s: Pod found before any list", when)
 			}
-			if _, ok := p.Container(idA); ok {
+			if _, _, ok := p.Container(idA); ok {
 				t.Errorf("%s: Container found before any list", when)
 			}
 		}()
@@ -599,7 +603,7 @@ func TestPodsFromAnAPIServer(t *testing.T) {
 		t.Fatalf("Start: %v, %v", p, err)
 	}
 	waitFor(t, "the pod from the API server", podKnown(p, podU))
-	if name, ok := p.Container(idA); !ok || name != "pytorch" {
+	if _, name, ok := p.Container(idA); !ok || name != "pytorch" {
 		t.Errorf("Container(%.12s) = %q, %v; want pytorch", idA, name, ok)
 	}
 	if _, ok := selectors.Load("spec.nodeName=node-1"); !ok {
