@@ -140,12 +140,19 @@ def _cupy_event(exc):
     cupy = sys.modules.get("cupy")
     if cupy is None:
         return None
-    entries = _sources.CupySource()._entries(cupy)
-    if not entries:
+    # The failing thread's device: CuPy allocates on the current one, which
+    # has a context by now (also when the first allocation failed, with
+    # the pool still empty).
+    device = int(cupy.cuda.runtime.getDevice())
+    uuid = _sources.CupySource()._uuid(cupy, device)
+    if uuid is None:
         return None
-    entry = dict(entries[0])
+    pool = cupy.get_default_memory_pool()
+    entry = protocol.device_entry(uuid, {"reserved_bytes": pool.total_bytes(), "active_bytes": pool.used_bytes()})
+    if entry is None:
+        return None
     try:
-        pool_limit = cupy.get_default_memory_pool().get_limit()
+        pool_limit = pool.get_limit()
         if pool_limit:
             limit = pool_limit
     except Exception:

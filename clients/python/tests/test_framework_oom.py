@@ -128,6 +128,12 @@ class EventTest(GpumemTestCase):
         self.assertEqual(ev["entry"], {"uuid": ev["uuid"], "reserved_bytes": 1 << 30, "active_bytes": 1 << 30,
                                        "limit_bytes": 2 << 30})
 
+    def test_cupy_oom_on_the_first_allocation_has_an_empty_pool(self):
+        install_cupy(total=0, used=0, limit=0)
+        ev = fo.event(CupyOOM("Out of memory allocating 214,748,364,800 bytes (allocated so far: 0 bytes)."))
+        self.assertEqual((ev["requested"], ev["limit"]), (214748364800, None))
+        self.assertEqual(ev["entry"], {"uuid": ev["uuid"], "reserved_bytes": 0, "active_bytes": 0})
+
     def test_an_oom_whose_framework_is_not_loaded_gives_no_event(self):
         self.assertIsNone(fo.event(CupyOOM(CUPY_PAST_LIMIT)))
         self.assertFalse(fo.note(CupyOOM(CUPY_PAST_LIMIT)))
