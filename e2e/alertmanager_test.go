@@ -39,9 +39,9 @@ const (
 )
 
 var (
-	offsetDuration  = regexp.MustCompile(`(offset |\[)(\d+)([smh])\b`)
-	yamlDuration  = regexp.MustCompile(`(?m)^(\s+(?:for|keep_firing_for|interval):) (\d+)([smh])\s*$`)
-	secondsWindow = regexp.MustCompile(`< (300|15 \* 60)\b`)
+	offsetDuration = regexp.MustCompile(`(offset |\[)(\d+)([smh])\b`)
+	yamlDuration   = regexp.MustCompile(`(?m)^(\s+(?:for|keep_firing_for|interval):) (\d+)([smh])\s*$`)
+	secondsWindow  = regexp.MustCompile(`< (300|15 \* 60)\b`)
 )
 
 // scaleDuration divides n unit by k, in whole milliseconds.
