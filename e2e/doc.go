@@ -14,6 +14,11 @@
 //     variable has values, the out-of-memory panels count each error once.
 //     These need `prometheus` on PATH (Debian: apt-get install prometheus);
 //     without it they are skipped, except in CI.
+//   - alertmanager_test.go: the alerts of the simulated multi-rank job
+//     through Prometheus and a real Alertmanager running
+//     deploy/alertmanager/alertmanager.yml to a webhook: grouping by
+//     workload, the OOM notification's cause, inhibition, resolution. It
+//     also needs prometheus-alertmanager (Debian).
 //
 // The attacks of docs/security.md, against the same binary, are in attack/.
 // The package has no Go code of its own. GPUMEM_E2E_EXPORTER names a

@@ -171,7 +171,7 @@ func mustRender(t *testing.T, valuesFile, release, ns string) ([]manifestcheck.O
 }
 
 func TestLint(t *testing.T) {
-	for _, values := range []string{"", "csi-off.yaml", "networkpolicy-default.yaml", "networkpolicy.yaml", "custom.yaml", "no-monitoring.yaml", "fleet.yaml"} {
+	for _, values := range []string{"", "csi-off.yaml", "networkpolicy-default.yaml", "networkpolicy.yaml", "custom.yaml", "no-monitoring.yaml", "fleet.yaml", "alerting.yaml", "runbook.yaml"} {
 		t.Run(strings.TrimSuffix(cmpOr(values, "defaults"), ".yaml"), func(t *testing.T) {
 			kv := kubeVersion
 			l := lint.AllWithKubeVersion(chartDir, readValues(t, values), namespace, &kv)
@@ -203,6 +203,7 @@ type renderCase struct {
 	promLabels  map[string]string // on the ServiceMonitor and PrometheusRule
 	dashboardNS string
 	netpol      *networkingv1.NetworkPolicyPeer
+	alerting    bool // the AlertmanagerConfig
 }
 
 func renderCases() []renderCase {
@@ -221,6 +222,7 @@ func renderCases() []renderCase {
 		{values: "no-monitoring.yaml", release: releaseName, ns: namespace, ds: defaults},
 		{values: "fleet.yaml", release: releaseName, ns: namespace, ds: defaults, monitoring: true, fleet: true, dashboardNS: namespace},
 		{values: "events-off.yaml", release: releaseName, ns: namespace, ds: eventsOff, monitoring: true, dashboardNS: namespace},
+		{values: "alerting.yaml", release: releaseName, ns: namespace, ds: defaults, monitoring: true, dashboardNS: namespace, alerting: true},
 		{
 			// The documented default peer: Prometheus pods in any namespace.
 			values: "networkpolicy-default.yaml", release: releaseName, ns: namespace, ds: defaults, monitoring: true, dashboardNS: namespace,
@@ -314,6 +316,10 @@ func TestRenderedObjectsKeepTheContract(t *testing.T) {
 				}
 			} else {
 				manifestchecktest.Report(t, manifestcheck.None[storagev1.CSIDriver](objs))
+			}
+
+			if !tc.alerting {
+				manifestchecktest.Report(t, manifestcheck.None[manifestcheck.AlertmanagerConfig](objs))
 			}
 
 			if tc.netpol != nil {
@@ -435,6 +441,9 @@ func TestValuesSchemaRejectsMistakes(t *testing.T) {
 		"bare extra arg":    {"exporter": map[string]any{"extraArgs": []any{"log.level=debug"}}},
 		"pull policy":       {"image": map[string]any{"repository": "x", "pullPolicy": "Sometimes"}},
 		"events not a bool": {"kubernetesEvents": map[string]any{"oom": "off"}},
+		"runbook anchor":    {"prometheusRule": map[string]any{"runbookBaseURL": "https://wiki.example.com/alerts#gpu"}},
+		"runbook path":      {"prometheusRule": map[string]any{"runbookBaseURL": "docs/alerts.md"}},
+		"alerting interval": {"alertmanagerConfig": map[string]any{"groupWait": "30"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := chartutil.ToRenderValues(chrt, vals, chartutil.ReleaseOptions{Name: releaseName, Namespace: namespace, IsInstall: true}, chartutil.DefaultCapabilities)

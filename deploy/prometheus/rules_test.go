@@ -22,6 +22,7 @@ const (
 	rulesPodModeTestFile = "rules_podmode_test.yml"
 	prometheusRuleFile   = "prometheusrule.yaml"
 	metricsDoc           = "../../docs/metrics.md"
+	alertsDoc            = "../../docs/alerts.md"
 )
 
 func runPromtool(t *testing.T, args ...string) {
@@ -118,6 +119,42 @@ func TestEveryAlertHasSeverityAndAnnotations(t *testing.T) {
 			if !strings.Contains(body, key) {
 				t.Errorf("alert %s has no %s annotation", name, strings.TrimSuffix(key, ":"))
 			}
+		}
+	}
+}
+
+// runbookBase is the default base of every alert's runbook_url: docs/alerts.md
+// as GitHub renders it. The chart's prometheusRule.runbookBaseURL replaces it.
+const runbookBase = "https://github.com/gpumem/gpumem_exporter/blob/main/docs/alerts.md"
+
+var (
+	runbookLine = regexp.MustCompile(`(?m)^\s*runbook_url: (\S+)\s*$`)
+	docHeading  = regexp.MustCompile(`(?m)^#{2,3} (\S+)\s*$`)
+)
+
+// TestEveryAlertHasARunbookURL: a notification carries a link a person can
+// click (the Prometheus community's runbook_url), to the alert's own
+// section of docs/alerts.md.
+func TestEveryAlertHasARunbookURL(t *testing.T) {
+	t.Parallel()
+	anchors := map[string]bool{}
+	for _, m := range docHeading.FindAllStringSubmatch(readFile(t, alertsDoc), -1) {
+		anchors[strings.ToLower(m[1])] = true
+	}
+	for name, body := range alertBodies(t) {
+		m := runbookLine.FindStringSubmatch(body)
+		if m == nil {
+			t.Errorf("alert %s has no runbook_url annotation", name)
+			continue
+		}
+		if want := runbookBase + "#" + strings.ToLower(name); m[1] != want {
+			t.Errorf("alert %s: runbook_url %s, want %s", name, m[1], want)
+		}
+		if !anchors[strings.ToLower(name)] {
+			t.Errorf("alert %s: %s has no heading \"%s\" for its runbook_url to point at", name, alertsDoc, name)
+		}
+		if strings.Contains(body, "runbook:") {
+			t.Errorf("alert %s still has a runbook annotation (a path, not a URL): use runbook_url", name)
 		}
 	}
 }

@@ -10,7 +10,8 @@
 # nvidia-smi; scrape latency and the NVML benchmarks at 1 and at 16
 # processes; the Python client's cost per push; processes sharing a GPU
 # and, where there are two, processes spread over GPUs (two_gpus.py); JAX
-# and CuPy clients (frameworks.py); an OOM report's context against the
+# and CuPy clients (frameworks.py) and their OOMs' reports and verdicts
+# (oom_frameworks.py); an OOM report's context against the
 # truth (oom_context.py); and that an exited process's OOM counter stays
 # --allocstats.oom-linger (1m) while its memory series go at once.
 # Needs root, python3 with torch (jax and cupy where present). Binaries in
@@ -108,6 +109,9 @@ python3 scripts/gpu/two_gpus.py | tee "$OUT/two_gpus.md"
 section "JAX and CuPy clients"
 python3 scripts/gpu/frameworks.py jax 2>&1 | grep -v "^WARNING\|^I0000\|^E0000" | tail -8
 python3 scripts/gpu/frameworks.py cupy 2>&1 | tail -8
+
+section "JAX and CuPy processes that die of an OOM (oom_frameworks.py)"
+python3 scripts/gpu/oom_frameworks.py --exporter "$WORK/gpumem_exporter" --out "$OUT/oom_frameworks" 2>&1 | tee "$OUT/oom_frameworks.md"
 
 section "the OOM report's context against the truth"
 python3 scripts/gpu/oom_context.py $URL >"$OUT/oom_context.txt" 2>&1 &

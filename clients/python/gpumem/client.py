@@ -15,7 +15,7 @@ import socket
 import threading
 import time
 
-from . import _cuda, _oom, _ownership, _verdict, _warning, config, protocol, sources as _sources
+from . import _cuda, _framework_oom, _oom, _ownership, _verdict, _warning, config, protocol, sources as _sources
 
 log = logging.getLogger("gpumem")
 
@@ -357,21 +357,28 @@ class Client(object):
             # thread) sees it in one place or the other, never in neither.
             self._awaiting += 1
             try:
-                device, alloc, limit, free, when, stats = _oom.events.popleft()
+                ev = _oom.events.popleft()
             except IndexError:
                 self._awaiting -= 1
                 break
+            if isinstance(ev, dict):  # JAX, CuPy: read in their exception hook
+                uuid, entry = ev["uuid"], ev["entry"]
+                alloc, limit, free, when = ev["requested"], ev["limit"], ev["free"], ev["when"]
+            else:
+                device, alloc, limit, free, when, stats = ev
+                uuid = entry = None
             if now - when > OOM_MAX_AGE:
                 self._awaiting -= 1
                 continue
-            uuid = self._oom_uuid(device)
             if uuid is None:
-                self._awaiting -= 1
-                self._log_once("oom-uuid", logging.DEBUG, "gpumem: no UUID for OOM on device %r", device)
-                continue
-            # The allocator's state at the failure goes first, so that the
-            # daemon's OOM report shows what was held when it happened.
-            entry = self._oom_entry(device, stats)
+                uuid = self._oom_uuid(device)
+                if uuid is None:
+                    self._awaiting -= 1
+                    self._log_once("oom-uuid", logging.DEBUG, "gpumem: no UUID for OOM on device %r", device)
+                    continue
+                # The allocator's state at the failure goes first, so that the
+                # daemon's OOM report shows what was held when it happened.
+                entry = self._oom_entry(device, stats)
             if entry is not None:
                 lines.extend(protocol.stats_lines([entry]))
             lines.append(protocol.encode(protocol.oom(uuid, alloc, limit, free)))
@@ -475,6 +482,8 @@ def start(socket_path=None, interval=None):
                 c._torch.ensure_oom_observer()
             c.start()
             _client = c
+            # JAX's and CuPy's OOMs, where they end the program or a thread.
+            _framework_oom.install()
             if not _atexit_registered:
                 atexit.register(_stop_at_exit)
                 _atexit_registered = True
@@ -493,6 +502,7 @@ def stop(timeout=1.0):
     try:
         with _lock:
             c, _client = _client, None
+        _framework_oom.uninstall()
         if c is None:
             return True
         return c.stop(timeout)

@@ -78,3 +78,41 @@ type PrometheusRule struct {
 	metav1.ObjectMeta `json:"metadata"`
 	Spec              RulesFile `json:"spec"`
 }
+
+// Matcher is monitoring.coreos.com/v1alpha1 Matcher.
+type Matcher struct {
+	Name      string `json:"name"`
+	Value     string `json:"value,omitempty"`
+	MatchType string `json:"matchType,omitempty"`
+}
+
+// AlertmanagerRoute is monitoring.coreos.com/v1alpha1 Route.
+type AlertmanagerRoute struct {
+	Receiver       string              `json:"receiver,omitempty"`
+	GroupBy        []string            `json:"groupBy,omitempty"`
+	GroupWait      string              `json:"groupWait,omitempty"`
+	GroupInterval  string              `json:"groupInterval,omitempty"`
+	RepeatInterval string              `json:"repeatInterval,omitempty"`
+	Matchers       []Matcher           `json:"matchers,omitempty"`
+	Continue       bool                `json:"continue,omitempty"`
+	Routes         []AlertmanagerRoute `json:"routes,omitempty"`
+}
+
+// InhibitRule is monitoring.coreos.com/v1alpha1 InhibitRule.
+type InhibitRule struct {
+	SourceMatch []Matcher `json:"sourceMatch,omitempty"`
+	TargetMatch []Matcher `json:"targetMatch,omitempty"`
+	Equal       []string  `json:"equal,omitempty"`
+}
+
+// AlertmanagerConfig is monitoring.coreos.com/v1alpha1 AlertmanagerConfig.
+// Receivers stay untyped: each holds whatever integrations a user names.
+type AlertmanagerConfig struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata"`
+	Spec              struct {
+		Route        *AlertmanagerRoute `json:"route,omitempty"`
+		Receivers    []map[string]any   `json:"receivers,omitempty"`
+		InhibitRules []InhibitRule      `json:"inhibitRules,omitempty"`
+	} `json:"spec"`
+}

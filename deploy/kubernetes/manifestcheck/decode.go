@@ -73,6 +73,8 @@ func newObject(apiVersion, kind string) any {
 		return &ServiceMonitor{}
 	case "monitoring.coreos.com/v1 PrometheusRule":
 		return &PrometheusRule{}
+	case "monitoring.coreos.com/v1alpha1 AlertmanagerConfig":
+		return &AlertmanagerConfig{}
 	}
 	return nil
 }
