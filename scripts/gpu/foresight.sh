@@ -13,6 +13,7 @@
 # and evaluation. docs/validation.md reads it. Needs root, python3 with
 # torch; the binary from scripts/gpu/build.sh in $BIN (default .bin).
 #   OUT=/tmp/gpumem-foresight bash scripts/gpu/foresight.sh
+# KINDS="eval too_large" runs only those workloads.
 set -u
 . scripts/lib.sh
 OUT=${OUT:-/tmp/gpumem-foresight}
@@ -37,7 +38,7 @@ for _ in $(seq 50); do python3 -c "import urllib.request as u; u.urlopen('$URL/-
 done ) >"$OUT/scrapes.txt" 2>/dev/null &
 
 pids=()
-for kind in leak95 leak7m steady eval too_large; do
+for kind in ${KINDS:-leak95 leak7m steady eval too_large}; do
 	python3 scripts/gpu/foresight.py $kind "$OUT" >"$OUT/$kind.stdout" 2>"$OUT/$kind.stderr" &
 	pids+=($!)
 done
