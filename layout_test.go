@@ -25,7 +25,7 @@ func TestPackagesFollowTheDataFlow(t *testing.T) {
 		"nvmlpoll": 1, "allocstats": 1, "workload": 1, "workload/pods": 2,
 		"simulate": 2, "simulate/scenario": 0,
 		"attribution": 3,
-		"collector":   4, "oom": 4, "landing": 5,
+		"foresight":   4, "collector": 4, "oom": 4, "landing": 5,
 		"workload/podevents": 5, // an output (Events on pods), beside the pod watch's client
 		// The store's clients, for the tests of the packages that read it.
 		"allocstats/allocstatstest": 2,

@@ -458,3 +458,11 @@ func (v View) Device(uuid string) []Row {
 	}
 	return v.Rows[i:j]
 }
+
+// TestRow is r as a join gives it for an allocator process started at
+// start. It exists for the tests of the join's readers (the forecaster),
+// which cannot set the unexported start themselves.
+func TestRow(r Row, start uint64) Row {
+	r.start = start
+	return r
+}
