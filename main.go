@@ -431,7 +431,7 @@ type backend struct {
 // NVML lists only them.
 func newBackend(o *options, store *allocstats.Store, resolver *workload.ProcResolver, logger log.Logger) (backend, error) {
 	if o.nvmlBackend != "simulated" {
-		return backend{lib: nvml.New(), processes: resolver}, nil
+		return backend{lib: &hintingNVML{Interface: nvml.New(), logger: log.With(logger, "component", "nvml")}, processes: resolver}, nil
 	}
 	sim, err := simulate.New(simulate.Config{Scenario: o.simScenario, ProcessesPerGPU: o.simProcesses, Seed: o.simSeed, Speed: o.simSpeed, Open: simulate.Sessions(store)})
 	if err != nil {
