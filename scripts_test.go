@@ -130,3 +130,98 @@ esac
 		t.Errorf("second run: stdout %q, stderr %q; want the same binary, built before", path, log)
 	}
 }
+
+// scripts/gotest.sh lists every skipped test with its reason at the end
+// (or adds them to $GOTEST_SKIPS for make test to list), and prints a
+// failing package's failing tests as go test does, without the lines of
+// those that passed or skipped.
+func TestGotestListsSkippedTestsWithTheirReasons(t *testing.T) {
+	script, err := filepath.Abs("scripts/gotest.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	skips := `  example.invalid/gotest/skips TestNeedsFrobtool: skips_test.go:15: frobtool is not installed; apt-get install frobtool
+  example.invalid/gotest/skips TestSkipsWithoutReason: (no reason given)
+  example.invalid/gotest/skips TestSub/two: skips_test.go:25: needs root to chown
+`
+	for _, tc := range []struct {
+		name     string
+		env      []string
+		fails    bool
+		has, not []string
+	}{
+		{"passing", nil, false, []string{"ok\texample.invalid/gotest/skips", "Skipped tests (3), with their reasons:\n" + skips},
+			[]string{"=== RUN", "passing test's line"}},
+		{"failing", []string{"GOTEST_FIXTURE_FAIL=1"}, true,
+			[]string{"printed by the failing test\n    skips_test.go:37: wrong: got 1\n--- FAIL: TestFails", "FAIL\texample.invalid/gotest/skips", "Skipped tests (3)"},
+			[]string{"=== RUN", "passing test's line", "passing subtest's line", "looking for frobtool", "--- PASS", "--- SKIP"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command(script, "--", "./...")
+			cmd.Dir = "testdata/gotest"
+			cmd.Env = append(os.Environ(), append(tc.env, "GOTEST_BIN="+t.TempDir(), "GOTEST_SKIPS=", "GOFLAGS=-mod=mod")...)
+			out, err := cmd.CombinedOutput()
+			if (err != nil) != tc.fails {
+				t.Fatalf("err = %v, want failure %v; output:\n%s", err, tc.fails, out)
+			}
+			for _, w := range tc.has {
+				if !strings.Contains(string(out), w) {
+					t.Errorf("output does not say %q:\n%s", w, out)
+				}
+			}
+			for _, w := range tc.not {
+				if strings.Contains(string(out), w) {
+					t.Errorf("output says %q:\n%s", w, out)
+				}
+			}
+		})
+	}
+
+	t.Run("GOTEST_SKIPS", func(t *testing.T) {
+		file := filepath.Join(t.TempDir(), "skipped")
+		cmd := exec.Command(script, "--", "./...")
+		cmd.Dir = "testdata/gotest"
+		cmd.Env = append(os.Environ(), "GOTEST_BIN="+t.TempDir(), "GOTEST_SKIPS="+file, "GOFLAGS=-mod=mod")
+		if out, err := cmd.CombinedOutput(); err != nil || strings.Contains(string(out), "Skipped tests") {
+			t.Fatalf("err = %v; output (want no list: the caller lists):\n%s", err, out)
+		}
+		got, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(string(got), "\n"); n != 3 || !strings.Contains(string(got), "example.invalid/gotest/skips\tTestSub/two\tskips_test.go:25: needs root to chown\n") {
+			t.Errorf("%s has %d lines, want the 3 skipped tests as package<TAB>test<TAB>reason:\n%s", file, n, got)
+		}
+	})
+}
+
+// scripts/python_tests.py runs the Python tests as unittest discover does
+// and lists the skipped ones with their reasons.
+func TestPythonTestsListSkippedTestsWithTheirReasons(t *testing.T) {
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 is not installed")
+	}
+	file := filepath.Join(t.TempDir(), "skipped")
+	for _, tc := range []struct {
+		skips string
+		want  string
+	}{
+		{"", "Skipped tests (2), with their reasons:\n  python test_skips.Fixture.test_install: pip or venv is not available\n  python test_skips.Fixture.test_needs_root: needs root to chown\n"},
+		{file, ""},
+	} {
+		cmd := exec.Command(python, "scripts/python_tests.py", "testdata/pytests")
+		cmd.Env = append(os.Environ(), "GOTEST_SKIPS="+tc.skips, "PYTHONDONTWRITEBYTECODE=1")
+		out, err := cmd.Output() // unittest's own report goes to stderr
+		if err != nil {
+			t.Fatalf("GOTEST_SKIPS=%q: %v", tc.skips, err)
+		}
+		if string(out) != tc.want {
+			t.Errorf("GOTEST_SKIPS=%q: stdout %q, want %q", tc.skips, out, tc.want)
+		}
+	}
+	got, _ := os.ReadFile(file)
+	if want := "python\ttest_skips.Fixture.test_install\tpip or venv is not available\npython\ttest_skips.Fixture.test_needs_root\tneeds root to chown\n"; string(got) != want {
+		t.Errorf("GOTEST_SKIPS file %q, want %q", got, want)
+	}
+}
