@@ -5,8 +5,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/alecthomas/kingpin/v2"
+	"github.com/go-kit/log"
+
+	"github.com/gpumem/gpumem_exporter/allocstats"
 )
 
 // Every bad value is an error that names its flag (and, for a web
@@ -76,5 +80,25 @@ func TestParseFlagsGoodValues(t *testing.T) {
 	}
 	if o.nvmlBackend != "nvml" || o.logLevel != "info" || o.logFormat != "logfmt" || o.simScenario != "mix" || o.simSpeed != 1 || o.simSeed != 1 {
 		t.Errorf("defaults %+v", o)
+	}
+}
+
+// An allocator socket that cannot be used fails at start-up naming the flag
+// and what to do, before anything listens.
+func TestSocketErrorsNameTheFlag(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "missing", "a.sock")
+	o, err := parseFlags(kingpin.New("test", ""), []string{"--allocstats.socket=" + missing})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := socketServer(o, allocstats.NewStore(time.Minute), nil, log.NewNopLogger())
+	if err == nil {
+		srv.Close()
+		t.Fatalf("--allocstats.socket=%s: the server listened", missing)
+	}
+	for _, want := range []string{"--allocstats.socket=" + missing, "does not exist", "make that directory"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
 	}
 }

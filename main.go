@@ -370,7 +370,10 @@ func socketServer(o *options, store *allocstats.Store, knownDevice func(string) 
 		return nil, err
 	}
 	if err := srv.Listen(); err != nil {
-		return nil, err
+		if o.socketExplicit {
+			return nil, fmt.Errorf("--allocstats.socket=%s: %w; make that directory (writable by this user), or leave the flag out for the default", o.socket, err)
+		}
+		return nil, fmt.Errorf("%w; give --allocstats.socket a path in a directory this user can write", err)
 	}
 	return srv, nil
 }
