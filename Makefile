@@ -30,9 +30,18 @@ TESTP       ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -lt 3 ] && echo 
 # The whole test suite: Go (race detector, end-to-end against the built
 # binary, the alerts' lead-time test), then, at once (-O keeps each one's
 # output together), a short fuzz run of the wire decoder and the cgroup
-# parser, and the Python client (which mostly waits).
-test: test-go
-	@$(MAKE) --no-print-directory -j2 -O fuzz test-python
+# parser, and the Python client (which mostly waits); at the end, every
+# test that skipped, with its reason (scripts/gotest.sh and
+# scripts/python_tests.py collect them in $(SKIPPED)).
+SKIPPED     := $(CURDIR)/.cache/skipped-tests
+test:
+	@mkdir -p $(dir $(SKIPPED)) && : >$(SKIPPED)
+	@$(MAKE) --no-print-directory GOTEST_SKIPS=$(SKIPPED) test-go
+	@$(MAKE) --no-print-directory -j2 -O GOTEST_SKIPS=$(SKIPPED) fuzz test-python
+	@if [ -s $(SKIPPED) ]; then \
+	  echo "Skipped tests ($$(wc -l <$(SKIPPED))), with their reasons:"; \
+	  sort $(SKIPPED) | awk -F '\t' '{ print "  " $$1 " " $$2 ": " $$3 }'; \
+	else echo "No test skipped."; fi
 
 # As go test -race -count=1 ./..., through scripts/gotest.sh: it keeps the
 # linked test binaries in Go's build cache, which go test relinks at every
@@ -60,7 +69,7 @@ fuzz-long:
 	  $(GO) test -run='^$$' -fuzz="^$${t%%:*}$$" -fuzztime=$(FUZZTIME) "$${t#*:}"; done
 
 test-python:
-	python3 -m unittest discover -s clients/python
+	python3 scripts/python_tests.py clients/python
 
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }

@@ -81,15 +81,15 @@ func parseFlags(app *kingpin.Application, args []string) (*options, error) {
 	app.Flag("web.max-connections", "Most HTTP connections open at once per listen address; at the cap a new connection closes one the server is waiting on (no request served yet, then idle between requests), never one whose request is being served.").Default("64").SetValue(&intFlag{"web.max-connections", &o.webMaxConnections})
 	app.Flag("runtime.gomaxprocs", "The most OS threads running Go code at once (GOMAXPROCS), as in node_exporter: 1 keeps a scrape's and a poll's CPU lowest; raise it where hundreds of clients push at once. 0: one per CPU.").Envar("GOMAXPROCS").Default("1").SetValue(&intFlag{"runtime.gomaxprocs", &o.gomaxprocs})
 	app.Flag("runtime.release-startup-pages", "After the first poll, give back the memory only start-up used: the pages of the binary and of NVML's libraries that no longer run (read back from disk one page at a time if ever needed) and the free heap (docs/benchmarks.md says how much). --no-runtime.release-startup-pages keeps them.").Default("true").BoolVar(&o.releaseStartupPages)
-	app.Flag("log.level", "Only log messages with the given severity or above: debug, info, warn, error.").Default("info").EnumVar(&o.logLevel, "debug", "info", "warn", "error")
-	app.Flag("log.format", "Output format of log messages: logfmt, json.").Default("logfmt").EnumVar(&o.logFormat, "logfmt", "json")
-	app.Flag("nvml.backend", "Where GPU data comes from: nvml (the real library) or simulated (a scripted 8-GPU H200 node).").Default("nvml").EnumVar(&o.nvmlBackend, "nvml", "simulated")
+	app.Flag("log.level", "Only log messages with the given severity or above: debug, info, warn, error.").Default("info").SetValue(newEnumFlag("log.level", &o.logLevel, "debug", "info", "warn", "error"))
+	app.Flag("log.format", "Output format of log messages: logfmt, json.").Default("logfmt").SetValue(newEnumFlag("log.format", &o.logFormat, "logfmt", "json"))
+	app.Flag("nvml.backend", "Where GPU data comes from: nvml (the real library) or simulated (a scripted 8-GPU H200 node).").Default("nvml").SetValue(newEnumFlag("nvml.backend", &o.nvmlBackend, "nvml", "simulated"))
 	app.Flag("nvml.poll-interval", "How often NVML is polled, at whole multiples of this interval (clock time); scrapes read the latest poll.").Default("1s").SetValue(&durationFlag{"nvml.poll-interval", &o.pollInterval})
 	app.Flag("nvml.process-refresh", "Longest a GPU's process lists are reused: a poll reads a GPU's memory figures and reads its process lists only when those changed since the lists were read (a process started, exited, allocated or freed), or when the lists are this old. 0: read them at every poll.").Default("60s").SetValue(&durationFlag{"nvml.process-refresh", &o.processRefresh})
-	app.Flag("nvml.simulated.scenario", "What the simulated node runs: "+strings.Join(simulate.Scenarios(), ", ")+". mix runs one of each workload; load runs --nvml.simulated.processes-per-gpu simple processes per GPU.").Default(scenario.Mix).EnumVar(&o.simScenario, simulate.Scenarios()...)
-	app.Flag("nvml.simulated.speed", "Simulated seconds per real second (60 runs an hour of the scenario in a minute).").Default("1").Float64Var(&o.simSpeed)
+	app.Flag("nvml.simulated.scenario", "What the simulated node runs: "+strings.Join(simulate.Scenarios(), ", ")+". mix runs one of each workload; load runs --nvml.simulated.processes-per-gpu simple processes per GPU.").Default(scenario.Mix).SetValue(newEnumFlag("nvml.simulated.scenario", &o.simScenario, simulate.Scenarios()...))
+	app.Flag("nvml.simulated.speed", "Simulated seconds per real second (60 runs an hour of the scenario in a minute).").Default("1").SetValue(&floatFlag{"nvml.simulated.speed", &o.simSpeed})
 	app.Flag("nvml.simulated.processes-per-gpu", "Processes per GPU of the load scenario (1 to 99).").Default("3").SetValue(&intFlag{"nvml.simulated.processes-per-gpu", &o.simProcesses})
-	app.Flag("nvml.simulated.seed", "Seed of the simulated node's script (the same seed gives the same run).").Default("1").Int64Var(&o.simSeed)
+	app.Flag("nvml.simulated.seed", "Seed of the simulated node's script (the same seed gives the same run).").Default("1").SetValue(&int64Flag{"nvml.simulated.seed", &o.simSeed})
 	app.Flag("path.procfs", "procfs mountpoint (the host's /proc; run in the host PID namespace).").Default(defaults.ProcPath).StringVar(&o.procPath)
 	app.Flag("kubernetes.kubeconfig", "Kubeconfig for pod attribution; empty: in-cluster config when running in a pod, none otherwise.").Default("").StringVar(&o.kubeconfig)
 	app.Flag("kubernetes.node-name", "This node's name, to watch only its pods.").Envar("NODE_NAME").Default("").StringVar(&o.nodeName)
@@ -174,6 +174,20 @@ func (o *options) validate() error {
 	if o.socket == "" {
 		return fmt.Errorf("--allocstats.socket must not be empty")
 	}
+	return o.checkWebConfig()
+}
+
+// checkWebConfig reads --web.config.file with exporter-toolkit's own
+// loader, so that a file it would refuse fails at start-up, naming the file
+// and the flag, before anything listens.
+func (o *options) checkWebConfig() error {
+	if o.webConfig == nil || o.webConfig.WebConfigFile == nil || *o.webConfig.WebConfigFile == "" {
+		return nil
+	}
+	path := *o.webConfig.WebConfigFile
+	if err := web.Validate(path); err != nil {
+		return fmt.Errorf("--web.config.file=%s: %w; fix the file (the format, with passwords as bcrypt hashes: https://github.com/prometheus/exporter-toolkit/blob/master/docs/web-configuration.md) or leave the flag out", path, err)
+	}
 	return nil
 }
 
@@ -242,3 +256,59 @@ func (f *intFlag) Set(s string) error {
 }
 
 func (f *intFlag) String() string { return strconv.Itoa(*f.v) }
+
+type int64Flag struct {
+	name string
+	v    *int64
+}
+
+func (f *int64Flag) Set(s string) error {
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return fmt.Errorf("--%s: want a whole number, got %q", f.name, s)
+	}
+	*f.v = v
+	return nil
+}
+
+func (f *int64Flag) String() string { return strconv.FormatInt(*f.v, 10) }
+
+type floatFlag struct {
+	name string
+	v    *float64
+}
+
+func (f *floatFlag) Set(s string) error {
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return fmt.Errorf("--%s: want a number such as 1 or 60, got %q", f.name, s)
+	}
+	*f.v = v
+	return nil
+}
+
+func (f *floatFlag) String() string { return strconv.FormatFloat(*f.v, 'g', -1, 64) }
+
+// enumFlag is one of a fixed set of words (kingpin's own enum does not
+// name its flag when the value is none of them).
+type enumFlag struct {
+	name    string
+	v       *string
+	options []string
+}
+
+func newEnumFlag(name string, v *string, options ...string) *enumFlag {
+	return &enumFlag{name: name, v: v, options: options}
+}
+
+func (f *enumFlag) Set(s string) error {
+	for _, o := range f.options {
+		if s == o {
+			*f.v = s
+			return nil
+		}
+	}
+	return fmt.Errorf("--%s: want one of %s, got %q", f.name, strings.Join(f.options, ", "), s)
+}
+
+func (f *enumFlag) String() string { return *f.v }

@@ -383,7 +383,10 @@ func socketServer(o *options, store *allocstats.Store, knownDevice func(string) 
 		return nil, err
 	}
 	if err := srv.Listen(); err != nil {
-		return nil, err
+		if o.socketExplicit {
+			return nil, fmt.Errorf("--allocstats.socket=%s: %w; make that directory (writable by this user), or leave the flag out for the default", o.socket, err)
+		}
+		return nil, fmt.Errorf("%w; give --allocstats.socket a path in a directory this user can write", err)
 	}
 	return srv, nil
 }
@@ -444,7 +447,7 @@ type backend struct {
 // NVML lists only them.
 func newBackend(o *options, store *allocstats.Store, resolver *workload.ProcResolver, logger log.Logger) (backend, error) {
 	if o.nvmlBackend != "simulated" {
-		return backend{lib: nvml.New(), processes: resolver}, nil
+		return backend{lib: &hintingNVML{Interface: nvml.New(), logger: log.With(logger, "component", "nvml")}, processes: resolver}, nil
 	}
 	sim, err := simulate.New(simulate.Config{Scenario: o.simScenario, ProcessesPerGPU: o.simProcesses, Seed: o.simSeed, Speed: o.simSpeed, Open: simulate.Sessions(store)})
 	if err != nil {

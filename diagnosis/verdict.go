@@ -685,7 +685,17 @@ func (f *facts) remedy(cause Cause, hs []Holder) string {
 			}
 		}
 		if best != nil && *best.Inactive >= minMaterial {
-			return fmt.Sprintf("Other processes hold the GPU: torch.cuda.empty_cache() in %s would give back up to %s of inactive cache; or run this job where the GPU has room.", best.Name(), GiB(*best.Inactive))
+			give := fmt.Sprintf("torch.cuda.empty_cache() in %s would give back up to %s of inactive cache", best.Name(), GiB(*best.Inactive))
+			switch {
+			case *best.Inactive >= f.shortfall:
+				return "Other processes hold the GPU: " + give + "; or run this job where the GPU has room."
+			case f.others.inactive >= f.shortfall:
+				// Only the cache of several of them together covers it.
+				return fmt.Sprintf("Other processes hold the GPU: %s, not enough alone for the %s the request was short; with empty_cache() in the others too, they would give back up to %s; or run this job where the GPU has room.",
+					give, GiB(f.shortfall), GiB(f.others.inactive))
+			}
+			return fmt.Sprintf("Other processes hold the GPU: %s, not enough for the %s the request was short, and no other process's cache makes up the rest: run this job where the GPU has room, or after they finish, or lower its batch size.",
+				give, GiB(f.shortfall))
 		}
 		return "Other processes hold the GPU in live tensors and contexts: run this job where the GPU has room, or after they finish."
 	case Contexts:

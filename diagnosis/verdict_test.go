@@ -119,6 +119,53 @@ func TestDiagnoseNeighboursNamesHoldersAndWhatEmptyCacheGivesBack(t *testing.T) 
 	}
 }
 
+// A neighbours remedy says whether emptying a neighbour's cache covers the
+// shortfall: alone, only with the others', or not at all.
+func TestNeighboursRemedySaysWhetherEmptyCacheIsEnough(t *testing.T) {
+	for _, tc := range []struct {
+		name            string
+		requested, free uint64
+		others          []Process
+		says, not       []string
+	}{{
+		name:      "the largest cache covers the shortfall alone",
+		requested: 40 * GiB_, free: 23*GiB_ + 512*MiB,
+		others: []Process{other(200, 30*GiB_, 0, 520*MiB), other(201, 60*GiB_, 55*GiB_, 520*MiB)},
+		says:   []string{"empty_cache() in pid 200", "30.00 GiB"},
+		not:    []string{"not enough"},
+	}, {
+		name:      "only the caches together cover it",
+		requested: 40 * GiB_, free: 23*GiB_ + 512*MiB,
+		others: []Process{other(200, 10*GiB_, 0, 520*MiB), other(201, 40*GiB_, 30*GiB_, 520*MiB), other(202, 9*GiB_, 0, 520*MiB)},
+		says:   []string{"empty_cache() in pid 201", "10.00 GiB", "not enough alone", "16.50 GiB the request was short", "29.00 GiB"},
+	}, {
+		// As measured in the simulated neighbours scenario: 24.85 GiB of
+		// cache against a 47.92 GiB shortfall.
+		name:      "no cache covers it",
+		requested: 48 * GiB_, free: 80 * MiB,
+		others: []Process{other(200, 24*GiB_+870*MiB, 0, 520*MiB), other(201, 80*GiB_, 80*GiB_, 520*MiB)},
+		says:   []string{"empty_cache() in pid 200", "24.85 GiB", "not enough", "the request was short", "where the GPU has room"},
+		not:    []string{"not enough alone"},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := Diagnose(h200(Input{Requested: tc.requested, Free: p(tc.free), Self: self(0, 0), Others: tc.others}))
+			if v.Cause != Neighbours {
+				t.Fatalf("cause %q, want neighbours (summary %q)", v.Cause, v.Summary)
+			}
+			for _, s := range tc.says {
+				if !strings.Contains(v.Remedy, s) {
+					t.Errorf("remedy %q does not say %q", v.Remedy, s)
+				}
+			}
+			for _, s := range tc.not {
+				if strings.Contains(v.Remedy, s) {
+					t.Errorf("remedy %q says %q", v.Remedy, s)
+				}
+			}
+		})
+	}
+}
+
 func TestDiagnoseEdgesBetweenCauses(t *testing.T) {
 	flat := trend(3*time.Minute, 10*GiB_, 10*GiB_, 20*GiB_, 20*GiB_)
 	for _, tc := range []struct {

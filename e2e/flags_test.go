@@ -36,6 +36,9 @@ func TestBadFlagValuesNameTheFlagAndLeaveNothing(t *testing.T) {
 		{"--nvml.simulated.processes-per-gpu=100", "--nvml.simulated.processes-per-gpu"},
 		{"--web.max-connections=0", "--web.max-connections"},
 		{"--nvml.backend=cuda", "nvml.backend"},
+		{"--log.level=verbose", "--log.level"},
+		{"--nvml.simulated.scenario=leaky", "--nvml.simulated.scenario"},
+		{"--web.config.file=/nonexistent/web.yml", "--web.config.file=/nonexistent/web.yml"},
 	} {
 		t.Run(tc.arg, func(t *testing.T) {
 			t.Parallel()

@@ -70,6 +70,16 @@ type GPUView struct {
 	Processes                          []ProcessView
 }
 
+// Usable is the memory processes can have: Total less what the driver
+// reserves. PyTorch's out-of-memory error calls it the GPU's "total
+// capacity", and the OOM verdicts reckon with it.
+func (g GPUView) Usable() uint64 {
+	if g.DriverReserved >= g.Total {
+		return 0
+	}
+	return g.Total - g.DriverReserved
+}
+
 // ProcessView is one process row under a GPU.
 type ProcessView struct {
 	PID                                 uint32

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -200,6 +201,59 @@ func TestServeHTTPWithoutData(t *testing.T) {
 	for _, want := range []string{"NVML is down", "No GPU data yet.", "None reported."} {
 		if !strings.Contains(rec.Body.String(), want) {
 			t.Errorf("the page without data lacks %q", want)
+		}
+	}
+}
+
+// Without GPU data on the default backend, the page says what to do: install
+// the NVIDIA driver on a GPU node, or run the simulated backend; the
+// simulated backend needs neither.
+func TestNoGPUDataSaysWhatToDo(t *testing.T) {
+	for _, tc := range []struct {
+		backend string
+		up      bool
+		hint    bool
+	}{
+		{"nvml", false, true},
+		{"nvml", true, true}, // NVML runs and lists no GPU
+		{"simulated", false, false},
+	} {
+		body := serve(New(Config{Name: "gpumem_exporter", Backend: tc.backend, NVMLUp: func() bool { return tc.up }}), "/").Body.String()
+		for _, want := range []string{"install the NVIDIA driver", "libnvidia-ml.so.1", "--nvml.backend=simulated"} {
+			if got := strings.Contains(body, want); got != tc.hint {
+				t.Errorf("backend %s, NVML up %v: the page says %q: %v, want %v", tc.backend, tc.up, want, got, tc.hint)
+			}
+		}
+	}
+}
+
+// Every part of the bar is explained on the page in a line of its own, and
+// the GPU's size is given both as NVML's total and as what processes can
+// have (total less driver reserved: PyTorch's "total capacity", the
+// verdicts' figure), each named.
+func TestPageExplainsEveryPartAndBothTotals(t *testing.T) {
+	snap, procs := splitSnapshot()
+	body := serve(New(Config{Name: "gpumem_exporter", MetricsPath: "/metrics", Backend: "simulated",
+		Sources: attribution.Sources{NVML: fixedSnapshot{snap}, Allocator: fixedProcs(procs)}, NVMLUp: func() bool { return true }}), "/").Body.String()
+	start := strings.Index(body, `<dl class="parts`)
+	end := strings.Index(body[max(start, 0):], "</dl>")
+	if start < 0 || end < 0 {
+		t.Fatalf("the page has no explanation of the bar's parts:\n%s", body)
+	}
+	parts := body[start : start+end]
+	for _, class := range []string{"context", "active", "inactive", "nostats", "unattributed", "driver", "free"} {
+		// A part's swatch in the bar and in its explanation share the class.
+		if !strings.Contains(body, `<div class="`+class+`" style=`) {
+			t.Fatalf("the bar has no %s part: has the page changed?", class)
+		}
+		line := regexp.MustCompile(`<dt><i class="` + class + `"></i>[^<]+</dt> <dd>([^<]{20,})`).FindStringSubmatch(parts)
+		if line == nil {
+			t.Errorf("the bar's part %q is not explained in a line:\n%s", class, parts)
+		}
+	}
+	for _, want := range []string{"100.00 GiB</span> total", "99.00 GiB</span> usable", `"total capacity"`, "driver reserved"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the page does not say %q", want)
 		}
 	}
 }

@@ -179,7 +179,7 @@ func TestOOMReportShowsWhatHappened(t *testing.T) {
 		"limit 80.00 GiB",
 		"free 512.00 MiB",
 		"NVML free 448.00 MiB",
-		"of total 100.00 GiB",
+		"NVML total 100.00 GiB",
 		"driver reserved 576.00 MiB",
 		"reserved 70.00 GiB active 60.00 GiB inactive 10.00 GiB context 2.00 GiB unattributed 3.00 GiB",
 		"NVML read at +0.2 s",

@@ -8,8 +8,12 @@
 # builds the binaries with -c into $GOTEST_BIN (default .cache/testbin),
 # then runs each in its package's directory, as go test does, at most
 # $GOTEST_P at once (default: the CPUs), the slowest of the last run first.
-# A package's output is printed when
-# it fails, or with GOTEST_V=1; the exit status is 1 when any failed.
+# A package's output is printed when it fails (the failing tests' lines,
+# as go test prints them), or in full with GOTEST_V=1; the exit status is
+# 1 when any failed. Every skipped test is listed at the end with its
+# reason (the last thing it logged), or, with GOTEST_SKIPS=FILE, added to
+# FILE ("package<TAB>test<TAB>reason" lines) for the caller to list (make
+# test does, after the Python tests').
 set -euo pipefail
 
 flags=()
@@ -30,7 +34,26 @@ built=0
 go test "${flags[@]}" -c -o "$bin/" "$@" >"$logs/build" 2>&1 || built=$?
 grep -v '\[no test files\]$' "$logs/build" || true
 [ "$built" -eq 0 ] || exit 2
-export bin logs GOTEST_V="${GOTEST_V:-}"
+# The binaries run with -test.v, which streams each test's lines under a
+# "=== RUN/CONT/NAME test" header and ends it with "--- PASS/FAIL/SKIP:
+# test". failed_lines keeps what go test without -v prints: the lines of
+# tests that failed or never finished, and those outside any test.
+failed_lines='
+NR == FNR { if ($1 == "---") done[$3] = $2; next }
+/^=== (RUN|PAUSE|CONT|NAME) / { cur = $3; next }
+$1 == "---" { cur = $3; if ($2 == "FAIL:") print; next }
+/^PASS$/ { next }
+cur == "" || !(cur in done) || done[cur] == "FAIL:" { print }'
+# skipped_tests prints "package<TAB>test<TAB>reason" for each skipped test:
+# its reason is the first line of the last message it logged.
+skipped_tests='
+/^=== (RUN|PAUSE|CONT|NAME) / { cur = $3; next }
+$1 == "---" {
+  if ($2 == "SKIP:") { r = last[$3]; sub(/^ +/, "", r); if (r == "") r = "(no reason given)"; print pkg "\t" $3 "\t" r }
+  cur = $3; next
+}
+/^ +[^ ]+\.go:[0-9]+: / && cur != "" { last[cur] = $0 }'
+export bin logs failed_lines skipped_tests GOTEST_V="${GOTEST_V:-}"
 # Slowest first (by the last run's times; a package not timed yet first of
 # all), so that the longest package does not start last.
 touch "$bin/durations"
@@ -44,13 +67,18 @@ go list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{"\t"}}{{.Dir}}{
     log="$logs/${pkg//\//_}"
     start=$(date +%s.%N)
     status=ok
-    (cd "$dir" && exec "$bin/$name.test" -test.count=1 -test.timeout=10m0s -test.paniconexit0) >"$log" 2>&1 || status=FAIL
+    (cd "$dir" && exec "$bin/$name.test" -test.v=true -test.count=1 -test.timeout=10m0s -test.paniconexit0) >"$log" 2>&1 || status=FAIL
     took=$(awk -v a="$start" -v b="$(date +%s.%N)" "BEGIN { printf \"%.3fs\", b - a }")
     {
       flock 9 # one package'"'"'s lines together
-      if [ "$status" = FAIL ] || [ -n "$GOTEST_V" ]; then cat "$log"; fi
+      if [ -n "$GOTEST_V" ]; then
+        cat "$log"
+      elif [ "$status" = FAIL ]; then
+        awk "$failed_lines" "$log" "$log"
+      fi
       printf "%s\t%s\t%s\n" "$status" "$pkg" "$took"
       printf "%s\t%s\n" "$pkg" "${took%s}" >>"$logs/durations"
+      awk -v pkg="$pkg" "$skipped_tests" "$log" >>"$logs/skipped"
     } 9>"$logs/.lock"
     [ "$status" = ok ]
   ' || failed=1
@@ -59,6 +87,13 @@ touch "$logs/durations"
 awk -F '\t' -v ran="$logs/durations" 'BEGIN { while ((getline l < ran) > 0) { split(l, f, "\t"); seen[f[1]] = 1; print l } }
   !($1 in seen)' "$bin/durations" >"$logs/all" &&
   mv "$logs/all" "$bin/durations"
+touch "$logs/skipped"
+if [ -n "${GOTEST_SKIPS:-}" ]; then
+  cat "$logs/skipped" >>"$GOTEST_SKIPS"
+elif [ -s "$logs/skipped" ]; then
+  echo "Skipped tests ($(wc -l <"$logs/skipped")), with their reasons:"
+  sort "$logs/skipped" | awk -F '\t' '{ print "  " $1 " " $2 ": " $3 }'
+fi
 if [ -n "${failed:-}" ]; then
   echo "FAIL: see the packages above"
   exit 1

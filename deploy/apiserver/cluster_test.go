@@ -60,7 +60,16 @@ func binaries(t *testing.T) (etcd, apiserver string) {
 	if err != nil {
 		missing = append(missing, fmt.Sprintf("etcd (%v; on Debian: apt-get install etcd-server)", err))
 	}
-	cached, _ := filepath.Glob("../../.cache/kube-apiserver/*/kube-apiserver")
+	// Where scripts/kube-apiserver.sh builds it: $GPUMEM_CACHE, by default
+	// under the user's cache directory, one folder per version.
+	cache := os.Getenv("GPUMEM_CACHE")
+	if dir, err := os.UserCacheDir(); cache == "" && err == nil {
+		cache = filepath.Join(dir, "gpumem_exporter")
+	}
+	var cached []string
+	if cache != "" {
+		cached, _ = filepath.Glob(filepath.Join(cache, "kube-apiserver", "*", "kube-apiserver"))
+	}
 	apiserver, err = lookBinary("KUBE_APISERVER", "kube-apiserver", cached)
 	if err != nil {
 		missing = append(missing, fmt.Sprintf("kube-apiserver (%v; build it with scripts/kube-apiserver.sh)", err))

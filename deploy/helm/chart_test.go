@@ -338,6 +338,14 @@ func TestCSINeedsKubernetes129(t *testing.T) {
 	if _, _, err := render(t, "", releaseName, namespace, old); err == nil || !strings.Contains(err.Error(), "1.29") {
 		t.Errorf("rendering with CSI for Kubernetes 1.28: error %v, want one that asks for 1.29", err)
 	}
+	// helm template without --kube-version renders for Helm's default
+	// version: the error says how to give the cluster's.
+	_, _, err := render(t, "", releaseName, namespace, chartutil.DefaultCapabilities.KubeVersion)
+	for _, want := range []string{chartutil.DefaultCapabilities.KubeVersion.Version, "helm template", "--kube-version", "helm install", "csi.enabled=false"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("rendering for Helm's default Kubernetes version: error %v, want one that says %q", err, want)
+		}
+	}
 	if _, _, err := render(t, "csi-off.yaml", releaseName, namespace, old); err != nil {
 		t.Errorf("rendering without CSI for Kubernetes 1.28: %v", err)
 	}

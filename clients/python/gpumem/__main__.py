@@ -4,7 +4,8 @@
     python -m gpumem --send
 
 stdout gets the JSON lines, one message a line; stderr gets the socket path,
-whether a daemon answers there, and, with --send, what happened.
+whether a daemon answers there, why no device is listed when none is, and,
+with --send, what happened.
 """
 
 import argparse
@@ -13,7 +14,20 @@ import json
 import socket
 import sys
 
-from . import __version__, _ownership, client, config, protocol
+from . import __version__, _ownership, client, config, protocol, sources
+
+
+def _why_no_devices():
+    """Why the stats name no device: no framework loaded in this process, or
+    one loaded that has not used a GPU yet (the client never makes it)."""
+    loaded = [name for name, _ in sources.frameworks(sources.default_sources())]
+    if not loaded:
+        return ("no devices to report: no framework (torch, jax, cupy) is loaded in this process, and the "
+                "client reports only what a framework already loaded holds; try "
+                "python -m gpumem --import torch --init-cuda, or call gpumem.start() in the program that trains")
+    return ("no devices to report: %s is loaded but has used no GPU in this process yet, and the client "
+            "never initialises CUDA itself; with torch, add --init-cuda (a small tensor on cuda:0)"
+            % ", ".join(loaded))
 
 
 def _reachable(path, timeout=1.0):
@@ -92,6 +106,8 @@ def main(argv=None):
     msgs = client.collect()
     for m in msgs:
         print(json.dumps(m, separators=(",", ":")))
+    if not any(m.get("type") == "stats" and m.get("devices") for m in msgs):
+        print("gpumem: " + _why_no_devices(), file=sys.stderr)
     paths = config.socket_paths(args.socket)
     path = paths[0]
     for candidate in paths:

@@ -254,6 +254,20 @@ class MainTest(SubprocessTestCase):
         self.assertEqual(lines[1]["devices"][0]["reserved_bytes"], 4096)
         self.assertIn("not reachable", p.stderr)
 
+    def test_says_why_no_device_is_listed(self):
+        for args, initialized, says in [
+            ([], False, ["no framework (torch, jax, cupy) is loaded", "--import torch --init-cuda"]),
+            (["--import", "torch"], False, ["torch is loaded but has used no GPU", "--init-cuda"]),
+            (["--import", "torch"], True, []),
+        ]:
+            self.write_torch(initialized=initialized)
+            p = self.run_python(["-m", "gpumem"] + args, [PACKAGE_ROOT, self.mods])
+            self.assertEqual(p.returncode, 0, p.stderr)
+            for s in says:
+                self.assertIn(s, p.stderr, "python -m gpumem %s" % " ".join(args))
+            if not says:
+                self.assertNotIn("no devices to report", p.stderr)
+
     def test_send(self):
         self.write_torch(initialized=True)
         d = self.daemon(welcome={"v": 1, "type": "welcome", "interval_ms": 1000, "server": "t"})

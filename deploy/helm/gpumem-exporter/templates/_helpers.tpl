@@ -67,6 +67,6 @@ Always), which Kubernetes 1.29 turned on by default. An older API server
 would drop the field and wait forever for the "init" container to finish. */}}
 {{- define "gpumem-exporter.checkKubeVersion" -}}
 {{- if and .Values.csi.enabled (semverCompare "<1.29-0" .Capabilities.KubeVersion.Version) }}
-{{- fail (printf "csi.enabled needs Kubernetes 1.29 or later (native sidecar containers), this is %s: upgrade, or set csi.enabled=false (workloads then mount a hostPath and need a privileged namespace)" .Capabilities.KubeVersion.Version) }}
+{{- fail (printf "csi.enabled needs Kubernetes 1.29 or later (native sidecar containers), and Helm says the cluster is %s. If it is newer: helm install and helm upgrade read the version from the cluster, but helm template and helm lint assume an old default unless told, so add --kube-version with the cluster's version (kubectl version prints it), e.g. helm template ... --kube-version 1.34. If it is older: upgrade it, or set csi.enabled=false (workloads then mount a hostPath and need a privileged namespace)" .Capabilities.KubeVersion.Version) }}
 {{- end }}
 {{- end }}

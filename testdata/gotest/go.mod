@@ -1,0 +1,3 @@
+module example.invalid/gotest
+
+go 1.26
