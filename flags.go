@@ -13,8 +13,8 @@ import (
 	"github.com/prometheus/exporter-toolkit/web/kingpinflag"
 
 	"github.com/gpumem/gpumem_exporter/allocstats"
-	"github.com/gpumem/gpumem_exporter/internal/defaults"
 	"github.com/gpumem/gpumem_exporter/foresight"
+	"github.com/gpumem/gpumem_exporter/internal/defaults"
 	"github.com/gpumem/gpumem_exporter/oom"
 	"github.com/gpumem/gpumem_exporter/simulate"
 	"github.com/gpumem/gpumem_exporter/simulate/scenario"
