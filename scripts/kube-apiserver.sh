@@ -57,8 +57,8 @@ fi
 
 mkdir -p "$dir"
 exec 3>&1 1>&2 # the go commands' chatter stays off stdout
-# One build at a time per version on the machine: a second run waits for
-# the first, then finds its binary.
+# One build at a time per version on the machine: a concurrent invocation
+# waits for the build under way, then finds its binary.
 exec 4>"$dir/.lock"
 if ! flock -n 4; then
   echo "$me: another run is building kube-apiserver $version into $dir; waiting for it"
