@@ -153,6 +153,10 @@ func (a *aggregator) merge(k groupKey, members []*attribution.Row) attribution.R
 	r.Exited = true // unless a member runs
 	for _, m := range members {
 		r.Exited = r.Exited && m.Exited
+		// The container runs out when its first process does.
+		if t := m.TimeToOOM; t.OK && (!r.TimeToOOM.OK || t.V < r.TimeToOOM.V) {
+			r.TimeToOOM = t
+		}
 		for _, f := range []struct{ merged, member *string }{
 			{&r.Info.ContainerID, &m.Info.ContainerID}, {&r.Info.PodUID, &m.Info.PodUID},
 			{&r.Info.SlurmJobID, &m.Info.SlurmJobID}, {&r.Info.UID, &m.Info.UID}, {&r.Framework, &m.Framework},

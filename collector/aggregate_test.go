@@ -28,7 +28,9 @@ func TestAggregatePerPod(t *testing.T) {
 			PodUID: "5e1c7a43-0d7c-4f0e-9a51-6f1d2c3b4a59", ContainerID: "cri-0123abcd"}
 	}
 	resolver := fakeResolver{1000: inPod(1000, 1), 1001: inPod(1001, 1), 1100: {Comm: "blender"}}
-	exp, err := New(sources(p, store, resolver), log.NewNopLogger(), Names()...)
+	src := sources(p, store, resolver)
+	src.Join.Forecasts = forecasts{1000: 300, 1001: 120}
+	exp, err := New(src, log.NewNopLogger(), Names()...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,6 +51,7 @@ func TestAggregatePerPod(t *testing.T) {
 		"gpumem_allocator_alloc_retries_total":           6,
 		"gpumem_allocator_last_report_timestamp_seconds": float64(t0.Unix() + 1),
 		"gpumem_process_info":                            1,
+		"gpumem_allocator_time_to_oom_seconds":           120, // its first process to run out
 	} {
 		if got := one(t, s, name, container...); got != want {
 			t.Errorf("%s of the container = %v, want %v", name, got, want)
@@ -89,6 +92,14 @@ func TestAggregatePerPod(t *testing.T) {
 		}
 	}
 	compareText(t, exp, reg)
+}
+
+// forecasts foresees an OOM of some pids in so many seconds.
+type forecasts map[uint32]uint64
+
+func (f forecasts) TimeToOOM(pid uint32, _ uint64, _ string) (uint64, bool) {
+	s, ok := f[pid]
+	return s, ok
 }
 
 // Members that disagree leave a label empty rather than flip between

@@ -45,7 +45,7 @@ func newAllocatorCollector(src Sources, _ log.Logger) (Collector, error) {
 		lastOOMRequest: d("last_oom_request_bytes", "Bytes the last failed allocation asked for."),
 		lastOOMTime:    d("last_oom_timestamp_seconds", "When the last out-of-memory event was reported."),
 		last:           d("last_report_timestamp_seconds", "When the process last reported its allocator state."),
-		timeToOOM:      d("time_to_oom_seconds", "The daemon's estimate of the seconds until the process runs out of memory: from its active memory over the last 30 s to 5 min (on the samples' clock), the climb of its floor (a leak) or, over 2 min or more, of its steps' peak over a flat floor (a growing batch), the time for the peak to reach the capacity (gpumem_allocator_capacity_bytes) at that rate. Present only while such a climb is measured."),
+		timeToOOM:      d("time_to_oom_seconds", "The daemon's estimate of the seconds until the process runs out of memory: from its active memory over the last 30 s to 5 min (on the samples' clock), the steady climb of its floor with its peak (a leak) or, over 5 min, of its steps' typical peak over a flat floor (a growing batch), the time for the peak to reach the capacity (gpumem_allocator_capacity_bytes) at that rate. Present only while such a climb is measured."),
 	}, nil
 }
 

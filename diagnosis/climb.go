@@ -59,7 +59,7 @@ var climbWindows = []time.Duration{Window, 2 * time.Minute, time.Minute, 30 * ti
 
 // minPeakClimb is the least span of a climb of the peak alone: a batch's
 // peak varies from step to step, a growing batch over minutes.
-const minPeakClimb = 2 * time.Minute
+const minPeakClimb = Window
 
 // Foresee says when climb would reach ceiling.
 func Foresee(c Climb, ceiling uint64, isLimit bool) Forecast {
@@ -111,50 +111,79 @@ func climbIn(bs []bucket, endN int64, w time.Duration) (Climb, bool) {
 	if len(in) < minBuckets || in[0].n > startN+width/4 {
 		return Climb{}, false
 	}
-	var floors, peaks [Segments]uint64
-	var seen [Segments]bool
+	var floors, peaks, typical [Segments]uint64
+	var highs [Segments][]uint64
 	for _, b := range in {
 		j := int((b.n - startN) * Segments / width)
-		if !seen[j] {
-			floors[j], peaks[j], seen[j] = b.lo, b.hi, true
-			continue
+		if len(highs[j]) == 0 {
+			floors[j], peaks[j] = b.lo, b.hi
 		}
 		floors[j], peaks[j] = min(floors[j], b.lo), max(peaks[j], b.hi)
+		highs[j] = append(highs[j], b.hi)
 	}
-	for _, ok := range seen {
-		if !ok {
+	for j, hs := range highs {
+		if len(hs) == 0 {
 			return Climb{}, false // a stretch without samples says nothing
 		}
+		slices.Sort(hs)
+		typical[j] = hs[len(hs)/2]
 	}
 	c := Climb{Span: w, Level: peaks[Segments-1]}
 	switch {
-	case floorClimbs(floors):
+	case floorClimbs(floors) && steadyRise(peaks) && (w >= Window || floorOverSteps(floors, peaks)):
 		c.Cause, c.From, c.To = Leak, floors[0], floors[Segments-1]
 		c.Rate = slope(in, func(b bucket) uint64 { return b.lo })
-	case w >= minPeakClimb && peakClimbs(floors, peaks):
-		c.Cause, c.From, c.To = Growth, peaks[0], peaks[Segments-1]
+	case w >= minPeakClimb && peakClimbs(floors, typical):
+		// The typical peak of a stretch (the median of its buckets'): a
+		// batch much larger than the others, now and then, raises the
+		// stretch's highest peak, not its typical one.
+		c.Cause, c.From, c.To = Growth, typical[0], typical[Segments-1]
 		// From the middle of the first stretch to that of the last.
-		c.Rate = float64(peaks[Segments-1]-peaks[0]) / (w.Seconds() * (Segments - 1) / Segments)
+		c.Rate = float64(typical[Segments-1]-typical[0]) / (w.Seconds() * (Segments - 1) / Segments)
 	default:
 		return Climb{}, false
 	}
 	return c, c.Rate > 0
 }
 
-// floorClimbs: the floor rose in every stretch, by climbTol at least, by
-// minMaterial in all, and steadily: no stretch rose by more than
-// maxStretchShare of the whole (a model's load, one step up, is not a
-// climb, nor is a window that holds one).
+// floorClimbs: the floor rose steadily (steadyRise) and by minMaterial in
+// all (a model's load, one step up, is not a climb, nor is a window that
+// holds one), from more than nothing: a floor that starts at nothing is a
+// process that starts, and its first allocations are its model's load.
 func floorClimbs(f [Segments]uint64) bool {
+	return f[0] > climbTol && steadyRise(f) && f[Segments-1]-f[0] >= minMaterial
+}
+
+// steadyRise: the series rose in every stretch, by climbTol at least, and
+// no stretch holds more than maxStretchShare of its rise. A leak's peak
+// climbs with its floor (each step adds its working set to what stays);
+// the lows that 1-second samples catch of long steps vary from step to
+// step and may rise by chance over a short window while the peaks stay
+// level, and an evaluation that keeps its graphs steps the peak up once.
+func steadyRise(v [Segments]uint64) bool {
 	var most uint64
 	for i := 1; i < Segments; i++ {
-		if f[i] <= f[i-1]+climbTol {
+		if v[i] <= v[i-1]+climbTol {
 			return false
 		}
-		most = max(most, f[i]-f[i-1])
+		most = max(most, v[i]-v[i-1])
 	}
-	total := f[Segments-1] - f[0]
-	return total >= minMaterial && float64(most) <= maxStretchShare*float64(total)
+	return float64(most) <= maxStretchShare*float64(v[Segments-1]-v[0])
+}
+
+// floorOverSteps: the floor rose by more than half the height of the
+// steps above it (the least, over the stretches, of peak minus floor). A
+// window shorter than Window holds few steps of a long step: the lows
+// that 1-second samples catch of them vary by a part of the step's
+// height, and may line up by chance; a leak that kills within minutes
+// climbs by more than that (one that keeps everything a step allocates
+// climbs with no steps at all).
+func floorOverSteps(f, p [Segments]uint64) bool {
+	height := p[0] - f[0]
+	for i := 1; i < Segments; i++ {
+		height = min(height, p[i]-f[i])
+	}
+	return f[Segments-1]-f[0] > height/2
 }
 
 // maxStretchShare is the most of a climb's rise that one of its stretches
@@ -162,14 +191,17 @@ func floorClimbs(f [Segments]uint64) bool {
 const maxStretchShare = 0.6
 
 // peakClimbs: the peak never fell, rose in at least two stretches and in
-// all by a twentieth of itself (and minMaterial), stands highest in the
-// last stretch, while the floor rose by less than a quarter of that.
+// all by a twentieth of itself (and minMaterial), no stretch holding more
+// than maxStretchShare of the rise (a batch much larger than the others,
+// now and then, is no growth), stands highest in the last stretch, while
+// the floor rose by less than a quarter of that.
 func peakClimbs(f, p [Segments]uint64) bool {
 	top := slices.Max(p[:])
 	if p[Segments-1] < top {
 		return false
 	}
 	ups := 0
+	var most uint64
 	for i := 1; i < Segments; i++ {
 		if p[i]+top/200 < p[i-1] {
 			return false
@@ -177,9 +209,11 @@ func peakClimbs(f, p [Segments]uint64) bool {
 		if p[i] > p[i-1]+max(climbTol, top/100) {
 			ups++
 		}
+		most = max(most, rise(p[i-1], p[i]))
 	}
 	r := rise(p[0], p[Segments-1])
-	return ups >= 2 && r >= max(uint64(minMaterial), top/minPeakShare) && rise(f[0], f[Segments-1]) < r/4
+	return ups >= 2 && r >= max(uint64(minMaterial), top/minPeakShare) && float64(most) <= maxStretchShare*float64(r) &&
+		rise(f[0], f[Segments-1]) < r/4
 }
 
 // slope is the least-squares rate of v over the buckets, in bytes per

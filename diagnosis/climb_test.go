@@ -66,6 +66,12 @@ func TestClimbTellsALeakOrAGrowingBatchFromWhatIsNoClimb(t *testing.T) {
 				return sawtooth(t, 1, 20*gib, 10*gib)
 			}, "", 0, 0},
 		{"an idle notebook", 5 * time.Minute, func(float64) uint64 { return 3 * gib }, "", 0, 0},
+		{"a model's load from nothing, 30 s of chunks", 30 * time.Second,
+			func(t float64) uint64 { return uint64(t) * gib }, "", 0, 0},
+		{"tall steps whose lows creep up, 90 s", 90 * time.Second,
+			// Too little in 90 s to tell from the lows that 1-second
+			// samples catch of long steps.
+			func(t float64) uint64 { return sawtooth(t, 6.5, 40*gib+uint64(t)*8*mib, 50*gib+uint64(t)*8*mib) }, "", 0, 0},
 		{"a batch that grows every 30 s over a flat floor", 5 * time.Minute,
 			// Sampled once a second, a 1.5 s step shows at most two
 			// thirds of its top: so does the peak's climb.

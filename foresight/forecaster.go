@@ -58,13 +58,14 @@ type Forecaster struct {
 	cfg     Config
 	logger  log.Logger
 	logs    *ratelog.Limiter
-	history *diagnosis.History
+	tracker *Tracker
 	sent    *prometheus.CounterVec
 
 	mu        sync.Mutex
 	forecasts map[diagnosis.Key]diagnosis.Forecast // while a climb is measured
 	last      map[diagnosis.Key]diagnosis.Forecast // the last one measured, kept for the verdict
-	warned    map[diagnosis.Key]warned
+	schedule  *Schedule
+	ooms      map[diagnosis.Key]uint64    // the OOM counter each process had at the last poll
 	seen      map[diagnosis.Key]time.Time // when a join last showed it running (wall clock)
 	// deliver sends a batch of warnings; a goroutine of its own by default,
 	// so that a slow client never holds up the poll.
@@ -98,10 +99,11 @@ func New(cfg Config) *Forecaster {
 		cfg:       cfg,
 		logger:    cfg.Logger,
 		logs:      ratelog.Path("oom_warning", 10, 6*time.Second),
-		history:   diagnosis.NewHistory(),
+		tracker:   NewTracker(),
 		forecasts: map[diagnosis.Key]diagnosis.Forecast{},
 		last:      map[diagnosis.Key]diagnosis.Forecast{},
-		warned:    map[diagnosis.Key]warned{},
+		schedule:  NewSchedule(),
+		ooms:      map[diagnosis.Key]uint64{},
 		seen:      map[diagnosis.Key]time.Time{},
 		sent: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpumem_oom_warnings_total",
@@ -132,7 +134,7 @@ func key(r *attribution.Row) diagnosis.Key {
 // active memory is made of every sample a client pushed, at its own time.
 func (f *Forecaster) ObserveSample(pid uint32, start uint64, uuid string, at time.Time, active uint64) {
 	k := diagnosis.Key{PID: pid, Start: start, UUID: uuid}
-	f.history.Note(k, at, active)
+	f.tracker.Note(k, at, active)
 	f.mu.Lock()
 	f.seen[k] = time.Now()
 	f.mu.Unlock()
@@ -164,6 +166,10 @@ func (f *Forecaster) ObserveView(v attribution.View) {
 		if at.IsZero() {
 			at = r.Alloc.LastReport
 		}
+		if n := r.Alloc.OOMs; n.OK && n.V > f.ooms[k] {
+			f.ooms[k] = n.V
+			f.schedule.Failed(k, at)
+		}
 		fc, ok := f.forecast(r, k, at, free)
 		if !ok {
 			delete(f.forecasts, k)
@@ -180,16 +186,15 @@ func (f *Forecaster) ObserveView(v attribution.View) {
 			delete(f.seen, k)
 			delete(f.forecasts, k)
 			delete(f.last, k)
-			delete(f.warned, k)
+			f.schedule.Forget(k)
+			delete(f.ooms, k)
 		}
 	}
-	f.mu.Unlock()
-	f.history.Retain(func(k diagnosis.Key) bool {
-		f.mu.Lock()
-		defer f.mu.Unlock()
+	f.tracker.Retain(func(k diagnosis.Key) bool {
 		_, ok := f.seen[k]
 		return ok
 	})
+	f.mu.Unlock()
 	if len(batch) > 0 && f.cfg.Clients != nil {
 		f.deliver(batch)
 	}
@@ -197,10 +202,6 @@ func (f *Forecaster) ObserveView(v attribution.View) {
 
 // forecast measures r's climb at at and says when it reaches r's ceiling.
 func (f *Forecaster) forecast(r *attribution.Row, k diagnosis.Key, at time.Time, free map[string]uint64) (diagnosis.Forecast, bool) {
-	c, ok := f.history.Climb(k, at)
-	if !ok {
-		return diagnosis.Forecast{}, false
-	}
 	fr, freeKnown := free[r.UUID]
 	ceiling, known := r.Capacity(fr, freeKnown)
 	if !known {
@@ -208,7 +209,7 @@ func (f *Forecaster) forecast(r *attribution.Row, k diagnosis.Key, at time.Time,
 	}
 	limit := r.Alloc.Limit
 	isLimit := limit.OK && limit.V > 0 && limit.V == ceiling
-	return diagnosis.Foresee(c, ceiling, isLimit), true
+	return f.tracker.Forecast(k, at, ceiling, isLimit)
 }
 
 // TimeToOOM implements attribution.Forecasts.
@@ -233,5 +234,5 @@ func (f *Forecaster) Forecast(k diagnosis.Key) (diagnosis.Forecast, bool) {
 
 // Trend is k's trend over the window that ends at t.
 func (f *Forecaster) Trend(k diagnosis.Key, t time.Time) diagnosis.Trend {
-	return f.history.Trend(k, t)
+	return f.tracker.Trend(k, t)
 }

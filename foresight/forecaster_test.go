@@ -36,6 +36,11 @@ func (c *clients) Send(_ uint32, _ uint64, line []byte) int {
 // second for d, under a limit, polling every second, and returns the
 // warnings it sent with the second each came at.
 func run(t *testing.T, cl *clients, d time.Duration, limit uint64, f func(s int) uint64) (*Forecaster, []sent) {
+	return runOOMs(t, cl, d, limit, f, func(int) uint64 { return 0 })
+}
+
+// runOOMs is run of a process whose OOM counter is ooms(s).
+func runOOMs(t *testing.T, cl *clients, d time.Duration, limit uint64, f, ooms func(s int) uint64) (*Forecaster, []sent) {
 	t.Helper()
 	fc := New(Config{Clients: cl})
 	fc.deliver = fc.send // synchronous: the test reads what went out
@@ -45,7 +50,7 @@ func run(t *testing.T, cl *clients, d time.Duration, limit uint64, f func(s int)
 		at := t0.Add(time.Duration(s) * time.Second)
 		active := f(s)
 		fc.ObserveSample(100, 7, uuid, at, active)
-		st := allocstats.DeviceStats{UUID: uuid, HasStats: true, Reserved: active, Active: allocstats.Some(active), Limit: allocstats.Some(limit), SampledAt: at}
+		st := allocstats.DeviceStats{UUID: uuid, HasStats: true, Reserved: active, Active: allocstats.Some(active), Limit: allocstats.Some(limit), SampledAt: at, OOMs: allocstats.Some(ooms(s))}
 		snap := &nvmlpoll.Snapshot{Devices: []nvmlpoll.Device{{UUID: uuid, HasMemory: true, Memory: nvmlpoll.Memory{Total: 140 * gib, Free: 100 * gib}}}}
 		row := attribution.Row{GPU: "0", UUID: uuid, PID: 100, Alloc: &st}
 		n := len(cl.lines)
@@ -128,5 +133,28 @@ func TestAThresholdOfZeroInTheHelloSendsNoWarning(t *testing.T) {
 	}
 	if _, ok := fc.TimeToOOM(100, 7, uuid); !ok {
 		t.Error("the time to OOM is exported whether or not the process is warned")
+	}
+}
+
+// A process that raised an OOM is not warned in the minute after it (it
+// dies of it, or its verdict is on its way); one that caught it and climbs
+// on is warned again after that.
+func TestNoWarningInTheMinuteAfterAnOOM(t *testing.T) {
+	cl := &clients{}
+	leak := func(s int) uint64 { return 64*mib + uint64(s)*40*mib }
+	_, got := runOOMs(t, cl, 4*time.Minute, 20*gib, leak, func(s int) uint64 {
+		if s >= 90 {
+			return 1
+		}
+		return 0
+	})
+	var after []int
+	for _, w := range got {
+		if w.at >= 90 {
+			after = append(after, w.at)
+		}
+	}
+	if len(after) == 0 || after[0] < 150 {
+		t.Errorf("warnings after the OOM at 90 s came at %v s, want the first a minute after it", after)
 	}
 }

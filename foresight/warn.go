@@ -40,8 +40,46 @@ func (f *Forecaster) threshold(r *attribution.Row) time.Duration {
 	return max(t, 0)
 }
 
+// Schedule says when a process under its threshold is warned: at once the
+// first time, then never within MinWarnInterval of the last warning or
+// out-of-memory error, again
+// when the estimate moved materially from what the last one foresaw, and
+// after QuietPeriod even when it held. Its clock is the forecasts' (the
+// samples'). The Forecaster keeps one; the alerts' lead-time test counts
+// the warnings a simulated node would get with another. It is not safe for
+// concurrent use.
+type Schedule struct {
+	last map[diagnosis.Key]warned
+}
+
+// NewSchedule returns a Schedule that has warned no process.
+func NewSchedule() *Schedule { return &Schedule{last: map[diagnosis.Key]warned{}} }
+
+// Warn says whether process k, whose threshold is threshold (0: never),
+// is to be warned of fc now, and if so notes that it was.
+func (s *Schedule) Warn(k diagnosis.Key, fc diagnosis.Forecast, threshold time.Duration) bool {
+	if threshold <= 0 || fc.ETA >= threshold {
+		return false
+	}
+	last, ok := s.last[k]
+	if !due(last, ok, fc) {
+		return false
+	}
+	s.last[k] = warned{at: fc.At, eta: fc.ETA}
+	return true
+}
+
+// Failed notes that process k raised an out-of-memory error at at: its
+// verdict is on its way, and a process that dies of it is not warned in
+// the seconds it has left; one that caught it and climbs on is warned
+// again a minute later.
+func (s *Schedule) Failed(k diagnosis.Key, at time.Time) { s.last[k] = warned{at: at} }
+
+// Forget drops what the schedule knows of process k.
+func (s *Schedule) Forget(k diagnosis.Key) { delete(s.last, k) }
+
 // due says whether a process last warned at last should be warned of fc
-// now; f.mu is held.
+// now.
 func due(last warned, warnedBefore bool, fc diagnosis.Forecast) bool {
 	if !warnedBefore {
 		return true
@@ -67,12 +105,7 @@ func (f *Forecaster) warning(r *attribution.Row, k diagnosis.Key, fc diagnosis.F
 	if f.cfg.WarnBefore < 0 || f.cfg.Clients == nil {
 		return outgoing{}, false
 	}
-	th := f.threshold(r)
-	if th == 0 || fc.ETA >= th {
-		return outgoing{}, false
-	}
-	last, ok := f.warned[k]
-	if !due(last, ok, fc) {
+	if !f.schedule.Warn(k, fc, f.threshold(r)) {
 		return outgoing{}, false
 	}
 	w := Message(r.GPU, r.UUID, fc)
@@ -80,7 +113,6 @@ func (f *Forecaster) warning(r *attribution.Row, k diagnosis.Key, fc diagnosis.F
 	if err != nil {
 		return outgoing{}, false
 	}
-	f.warned[k] = warned{at: fc.At, eta: fc.ETA}
 	level.Debug(f.logger).Log("msg", "foreseen out of memory", "pid", r.PID, "gpu", r.GPU, "eta_seconds", int(fc.ETA.Seconds()))
 	return outgoing{pid: r.PID, start: r.AllocStart(), line: line, cause: fc.Cause}, true
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -26,14 +27,18 @@ const (
 	alertIdleCache     = "GPUWorkloadIdleCache"
 )
 
-// evalInterval is the rule evaluation interval of the measurement
-// (kube-prometheus-stack's default; plain Prometheus's is 1m).
-const evalInterval = 30 * time.Second
+// evalInterval is the rule evaluation interval of the measurement: that
+// of the groups of the OOM-risk and OOM alerts, at the 15-second scrape
+// the chart configures (promtool evaluates every group at one interval).
+const evalInterval = 15 * time.Second
 
 // What the alerts must achieve over the simulated runs.
 const (
 	minLead       = 2 * time.Minute  // OOM risk's warning before the OOM
 	minWarnedRuns = 0.9              // part of leak and growth OOMs warned minLead ahead
+	maxFlaps      = 0.02             // OOM risk episodes after the first before an OOM, per OOM
+	maxOOMDelay   = scrapeInterval   // OOM alert after the OOM
+	maxRiskDelay  = evalInterval     // OOM risk alert after the daemon's first warning (the next scrape's evaluation)
 	maxLeakDelay  = 10 * time.Minute // leak alert after the leak started
 	// minLeakData is how long a leaking process must live for the leak
 	// alert to have the data it needs: the floor of active memory (the
@@ -163,17 +168,22 @@ type stats struct {
 	riskLeads      []time.Duration // per uncaught OOM; -1: no warning
 	riskFalse      int
 	riskFlaps      int             // OOM risk episodes after the first before an OOM: the alert resolved and fired again
+	riskAfterWarn  []time.Duration // per uncaught OOM warned in-process and alerted: the alert's onset after the first warning
+	warnLeads      []time.Duration // per uncaught OOM; -1: the daemon sent the process no warning before it
+	warnFalse      int             // warnings not followed by an OOM of the workload within openAfter
+	warnings       int             // warning messages sent
 	leakDelays     []time.Duration // per leak run; -1: not found
 	leakTooFast    int             // leak runs that OOMed before minLeakData, not found
 	leakFalse      int
 	fullLeads      []time.Duration // per OOM without a limit; -1: no warning
 	fullFalse      int
-	fragRuns       int            // runs in which the fragmentation hint fired
-	idleRuns       int            // runs in which the idle-cache hint fired
-	fired          map[string]int // episodes of each alert
-	oomAlerted     int            // OOMs the OOM alert fired for
-	oomAlertExtra  int            // OOM alert episodes without an OOM
-	caughtAlerted  int            // caught OOMs (the process lives on) alerted
+	fragRuns       int             // runs in which the fragmentation hint fired
+	idleRuns       int             // runs in which the idle-cache hint fired
+	fired          map[string]int  // episodes of each alert
+	oomAlerted     int             // OOMs the OOM alert fired for
+	oomDelays      []time.Duration // per OOM alerted: the alert's onset after the OOM
+	oomAlertExtra  int             // OOM alert episodes without an OOM
+	caughtAlerted  int             // caught OOMs (the process lives on) alerted
 	caughtOOMs     int
 	notes          []string // what went wrong, for GPUMEM_LEADTIME_DEBUG
 }
@@ -220,16 +230,38 @@ func measure(name string, tr *truth, eps []episode) map[string]*stats {
 		}
 		return n
 	}
+	// firstWarning returns the time of the first warning the daemon sent a
+	// process of workload in [from, to], or -1.
+	firstWarning := func(workload string, from, to time.Duration) time.Duration {
+		for _, w := range tr.warnings {
+			if w.workload == workload && w.at >= from && w.at <= to {
+				return w.at
+			}
+		}
+		return -1
+	}
 	for _, r := range runs {
 		s := get(r.kind)
 		s.runs++
 		if r.oom != nil {
 			s.ooms++
 			lead := time.Duration(-1)
-			if on := first(alertOOMRisk, r.workload, r.start, r.oom.At); on >= 0 {
+			on := first(alertOOMRisk, r.workload, r.start, r.oom.At)
+			if on >= 0 {
 				lead = r.oom.At - on
 			}
 			s.riskLeads = append(s.riskLeads, lead)
+			warnLead := time.Duration(-1)
+			if w := firstWarning(r.workload, r.start, r.oom.At); w >= 0 {
+				warnLead = r.oom.At - w
+				if on >= 0 {
+					s.riskAfterWarn = append(s.riskAfterWarn, on-w)
+					if on-w > maxRiskDelay {
+						s.notes = append(s.notes, fmt.Sprintf("%s %s started %v, OOM at %v: fired %v after the first warning", alertOOMRisk, r.workload, r.start, r.oom.At, on-w))
+					}
+				}
+			}
+			s.warnLeads = append(s.warnLeads, warnLead)
 			if n := count(alertOOMRisk, r.workload, r.start, r.oom.At); n > 1 {
 				s.riskFlaps += n - 1
 				s.notes = append(s.notes, fmt.Sprintf("%s %s started %v, OOM at %v: %d episodes", alertOOMRisk, r.workload, r.start, r.oom.At, n))
@@ -244,16 +276,18 @@ func measure(name string, tr *truth, eps []episode) map[string]*stats {
 				}
 				s.fullLeads = append(s.fullLeads, lead)
 			}
-			if first(alertOOM, r.workload, r.oom.At, r.oom.At+2*time.Minute) >= 0 {
+			if on := first(alertOOM, r.workload, r.oom.At, r.oom.At+2*time.Minute); on >= 0 {
 				s.oomAlerted++
+				s.oomDelays = append(s.oomDelays, on-r.oom.At)
 			}
 		}
 		for _, o := range r.caught {
 			s.ooms++
 			s.caughtOOMs++
-			if first(alertOOM, r.workload, o.At, o.At+2*time.Minute) >= 0 {
+			if on := first(alertOOM, r.workload, o.At, o.At+2*time.Minute); on >= 0 {
 				s.caughtAlerted++
 				s.oomAlerted++
+				s.oomDelays = append(s.oomDelays, on-o.At)
 			}
 		}
 		if r.kind == scenario.Leak || r.kind == scenario.MultiRank {
@@ -302,6 +336,19 @@ func measure(name string, tr *truth, eps []episode) map[string]*stats {
 			}
 		}
 		return false, t+openAfter <= tr.end
+	}
+	for _, w := range tr.warnings {
+		r := runOf(w.workload, w.at)
+		kind := "?"
+		if r != nil {
+			kind = r.kind
+		}
+		s := get(kind)
+		s.warnings++
+		if follows, known := oomFollows(w.workload, w.at); !follows && known {
+			s.warnFalse++
+			s.notes = append(s.notes, fmt.Sprintf("warning to %s pid %d false at %v: %s over %v from %.2f to %.2f GiB, %.2f GiB now, eta %v", w.workload, w.pid, w.at, w.fc.Cause, w.fc.Span, gib(w.fc.From), gib(w.fc.To), gib(w.fc.Level), w.eta))
+		}
 	}
 	for _, e := range eps {
 		r := runOf(e.key, e.onset)
@@ -472,6 +519,11 @@ func (m *stats) add(s *stats) {
 	m.riskLeads = append(m.riskLeads, s.riskLeads...)
 	m.riskFalse += s.riskFalse
 	m.riskFlaps += s.riskFlaps
+	m.riskAfterWarn = append(m.riskAfterWarn, s.riskAfterWarn...)
+	m.warnLeads = append(m.warnLeads, s.warnLeads...)
+	m.warnFalse += s.warnFalse
+	m.warnings += s.warnings
+	m.oomDelays = append(m.oomDelays, s.oomDelays...)
 	m.leakDelays = append(m.leakDelays, s.leakDelays...)
 	m.leakTooFast += s.leakTooFast
 	m.leakFalse += s.leakFalse
@@ -518,22 +570,36 @@ func summary(ds []time.Duration, ok func(time.Duration) bool) string {
 	return fmt.Sprintf("%d/%d, median %s", good, len(ds), med)
 }
 
+func gib(v uint64) float64 { return float64(v) / (1 << 30) }
+
 func minutes(d time.Duration) string { return fmt.Sprintf("%.1fm", d.Minutes()) }
 
 func leadTimeTable(order []string, merged map[string]*stats) string {
 	var b strings.Builder
-	b.WriteString("| scenario: workload | runs | OOMs | OOM risk: warned ≥2m ahead | OOM risk: false | OOM risk: flaps | leak: found ≤10m after start | leak: too fast | leak: false | GPU full soon: warned ahead | GPU full soon: false | fragmentation: runs | idle cache: runs | OOM alert: OOMs alerted | OOM alert: extra |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| scenario: workload | runs | OOMs | in-process warning: ≥2m ahead | in-process warning: sent, false | OOM risk: warned ≥2m ahead | OOM risk: after the warning | OOM risk: false | OOM risk: flaps | leak: found ≤10m after start | leak: too fast | leak: false | GPU full soon: warned ahead | GPU full soon: false | fragmentation: runs | idle cache: runs | OOM alert: OOMs alerted | OOM alert: after the OOM | OOM alert: extra |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, k := range order {
 		s := merged[k]
-		fmt.Fprintf(&b, "| %s | %d | %d | %s | %d | %d | %s | %d | %d | %s | %d | %d | %d | %d/%d | %d |\n",
+		fmt.Fprintf(&b, "| %s | %d | %d | %s | %d, %d | %s | %s | %d | %d | %s | %d | %d | %s | %d | %d | %d | %d/%d | %s | %d |\n",
 			s.label(), s.runs, s.ooms,
-			summary(s.riskLeads, func(d time.Duration) bool { return d >= minLead }), s.riskFalse, s.riskFlaps,
+			summary(s.warnLeads, func(d time.Duration) bool { return d >= minLead }), s.warnings, s.warnFalse,
+			summary(s.riskLeads, func(d time.Duration) bool { return d >= minLead }), spread(s.riskAfterWarn), s.riskFalse, s.riskFlaps,
 			summary(s.leakDelays, func(d time.Duration) bool { return d >= 0 && d <= maxLeakDelay }), s.leakTooFast, s.leakFalse,
 			summary(s.fullLeads, func(d time.Duration) bool { return d > 0 }), s.fullFalse,
-			s.fragRuns, s.idleRuns, s.oomAlerted, s.ooms, s.oomAlertExtra)
+			s.fragRuns, s.idleRuns, s.oomAlerted, s.ooms, spread(s.oomDelays), s.oomAlertExtra)
 	}
 	return b.String()
+}
+
+// spread says the median and the most of ds in seconds, as "median 15s,
+// at most 30s".
+func spread(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "-"
+	}
+	sorted := slices.Clone(ds)
+	slices.Sort(sorted)
+	return fmt.Sprintf("median %.0fs, at most %.0fs", sorted[len(sorted)/2].Seconds(), sorted[len(sorted)-1].Seconds())
 }
 
 // checkTargets fails the test where the targets above are not met.
@@ -565,11 +631,24 @@ func checkTargets(t *testing.T, merged map[string]*stats) {
 			if f < minWarnedRuns {
 				t.Errorf("%s: %s warned %v ahead of %d of %d OOMs, want at least %.0f%%", s.label(), alertOOMRisk, minLead, n, len(s.riskLeads), 100*minWarnedRuns)
 			}
+			n, f = fraction(s.warnLeads, func(d time.Duration) bool { return d >= minLead })
+			if f < minWarnedRuns {
+				t.Errorf("%s: the daemon warned the process %v ahead of %d of %d OOMs, want at least %.0f%%", s.label(), minLead, n, len(s.warnLeads), 100*minWarnedRuns)
+			}
 		case scenario.Steady, scenario.Fragmentation, scenario.CacheHeavy, scenario.EvalNoGrad, scenario.Spike, scenario.NVMLOnly:
 			healthy = true
 		}
-		if s.riskFlaps > 0 {
-			t.Errorf("%s: %s resolved and fired again %d times before an OOM, want it to hold until the OOM", s.label(), alertOOMRisk, s.riskFlaps)
+		if float64(s.riskFlaps) > maxFlaps*float64(len(s.riskLeads)) {
+			t.Errorf("%s: %s resolved and fired again %d times before %d OOMs, want it to hold until the OOM (at most %.0f%% of them)", s.label(), alertOOMRisk, s.riskFlaps, len(s.riskLeads), 100*maxFlaps)
+		}
+		if s.warnFalse > 0 {
+			t.Errorf("%s: the daemon sent %d warnings not followed by an OOM within %v, want none", s.label(), s.warnFalse, openAfter)
+		}
+		if n, f := fraction(s.riskAfterWarn, func(d time.Duration) bool { return d <= maxRiskDelay }); len(s.riskAfterWarn) > 0 && f < minWarnedRuns {
+			t.Errorf("%s: %s fired within %v of the daemon's first warning before %d of %d OOMs, want at least %.0f%%", s.label(), alertOOMRisk, maxRiskDelay, n, len(s.riskAfterWarn), 100*minWarnedRuns)
+		}
+		if late := slices.IndexFunc(s.oomDelays, func(d time.Duration) bool { return d > maxOOMDelay }); late >= 0 {
+			t.Errorf("%s: %s fired %v after an OOM, want within %v", s.label(), alertOOM, s.oomDelays[late], maxOOMDelay)
 		}
 		if healthy && s.riskFalse > 0 {
 			t.Errorf("%s: %s fired %d times, want never", s.label(), alertOOMRisk, s.riskFalse)

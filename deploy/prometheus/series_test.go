@@ -17,6 +17,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpumem/gpumem_exporter/allocstats"
+	"github.com/gpumem/gpumem_exporter/diagnosis"
+	"github.com/gpumem/gpumem_exporter/foresight"
 	"github.com/gpumem/gpumem_exporter/internal/doccheck"
 	"github.com/gpumem/gpumem_exporter/simulate/scenario"
 )
@@ -146,11 +148,23 @@ func labelBody(labels ...string) string {
 	return b.String()
 }
 
-// truth is what really happened on the simulated node.
+// truth is what really happened on the simulated node, and the warnings
+// the daemon sent its processes.
 type truth struct {
-	ooms  []scenario.OOM
-	procs map[int]*procLife
-	end   time.Duration
+	ooms     []scenario.OOM
+	procs    map[int]*procLife
+	warnings []warning
+	end      time.Duration
+}
+
+// warning is one warning message the daemon sent a process over its
+// socket, foreseeing an OOM in eta.
+type warning struct {
+	at       time.Duration
+	pid      int
+	workload string
+	eta      time.Duration
+	fc       diagnosis.Forecast
 }
 
 // procLife is one process from start to exit.
@@ -178,10 +192,12 @@ func simulate(name string, seed uint64, d time.Duration) (*seriesSet, *truth, er
 	// poll reads the node as the exporter does: its poller's peak of used
 	// (the allocator's peak reserved plus context), the floor of active
 	// that the store keeps from each report (stamped with the simulated
-	// clock), and the processes that exited, kept for the OOM linger.
+	// clock), the foresight's time to OOM and its warnings, and the
+	// processes that exited, kept for the OOM linger.
 	epoch := time.Unix(1_700_000_000, 0)
 	poll := func(dt time.Duration) scenario.Tick {
 		tk := n.Advance(dt)
+		tr.warnings = append(tr.warnings, exp.foresee(tk, epoch.Add(tk.Elapsed))...)
 		for _, p := range tk.Processes {
 			exp.peakUsed[p.PID] = max(exp.peakUsed[p.PID], p.Context+p.PeakReserved)
 			if p.ReportsAllocator {
@@ -202,6 +218,7 @@ func simulate(name string, seed uint64, d time.Duration) (*seriesSet, *truth, er
 			}
 			delete(exp.peakUsed, p.PID)
 			delete(exp.floors, p.PID)
+			exp.forget(p)
 			if p.ReportsAllocator && exp.linger > 0 {
 				exp.gone = append(exp.gone, goneProc{p, tk.Elapsed})
 			}
@@ -241,6 +258,14 @@ type exporter struct {
 	proc, procInfo map[int]string
 	peakUsed       map[int]uint64
 	floors         map[int]*allocstats.ActiveFloor
+	// tracker, timeToOOM, schedule and ooms are the foresight's: each
+	// process's active memory and forecast, the estimate of the last poll
+	// (while one is measured), when the process is warned, and its OOM
+	// counter at the last poll.
+	tracker   *foresight.Tracker
+	timeToOOM map[int]time.Duration
+	schedule  *foresight.Schedule
+	ooms      map[int]uint64
 	// linger is --allocstats.oom-linger; gone holds the processes that
 	// exited within it, whose counters and process_info are still
 	// exported.
@@ -250,7 +275,67 @@ type exporter struct {
 
 func newExporter() *exporter {
 	return &exporter{gpu: map[int]string{}, gpuInfo: map[int]string{}, proc: map[int]string{}, procInfo: map[int]string{},
-		peakUsed: map[int]uint64{}, floors: map[int]*allocstats.ActiveFloor{}, linger: allocstats.DefaultOOMLinger}
+		peakUsed: map[int]uint64{}, floors: map[int]*allocstats.ActiveFloor{}, linger: allocstats.DefaultOOMLinger,
+		tracker: foresight.NewTracker(), timeToOOM: map[int]time.Duration{}, schedule: foresight.NewSchedule(), ooms: map[int]uint64{}}
+}
+
+// foreKey is the foresight's key of process p.
+func foreKey(p scenario.Process) diagnosis.Key {
+	return diagnosis.Key{PID: uint32(p.PID), Start: uint64(p.Started / time.Second), UUID: gpuUUID(p.GPU)}
+}
+
+// capacity is what p's allocator can hold at most (the exporter's
+// gpumem_allocator_capacity_bytes): its limit, or what it holds plus the
+// GPU's free memory; and whether that is the limit.
+func capacity(p scenario.Process, free uint64) (uint64, bool) {
+	c := p.Reserved + free
+	if p.Limit > 0 && p.Limit <= c {
+		return p.Limit, true
+	}
+	return c, false
+}
+
+// foresee does what the daemon's foresight does at each poll: it notes
+// each reporting process's active memory at the poll's time, measures its
+// climb, keeps the time to OOM for the scrape, and returns the warnings
+// the daemon sends (at its default threshold).
+func (e *exporter) foresee(tk scenario.Tick, at time.Time) []warning {
+	free := map[int]uint64{}
+	for _, g := range tk.GPUs {
+		free[g.Index] = g.Free
+	}
+	var sent []warning
+	for _, p := range tk.Processes {
+		if !p.ReportsAllocator {
+			continue
+		}
+		k := foreKey(p)
+		if p.OOMs > e.ooms[p.PID] {
+			e.ooms[p.PID] = p.OOMs
+			e.schedule.Failed(k, at)
+		}
+		e.tracker.Note(k, at, p.Active)
+		ceiling, isLimit := capacity(p, free[p.GPU])
+		fc, ok := e.tracker.Forecast(k, at, ceiling, isLimit)
+		if !ok {
+			delete(e.timeToOOM, p.PID)
+			continue
+		}
+		e.timeToOOM[p.PID] = fc.ETA
+		if e.schedule.Warn(k, fc, foresight.DefaultWarnBefore) {
+			sent = append(sent, warning{at: tk.Elapsed, pid: p.PID, workload: workloadOf(p.Identity, p.PID), eta: fc.ETA, fc: fc})
+		}
+	}
+	return sent
+}
+
+// forget drops the foresight's state of p, which exited.
+func (e *exporter) forget(p scenario.Process) {
+	k := foreKey(p)
+	e.tracker.Forget(k)
+	e.schedule.Forget(k)
+	delete(e.timeToOOM, p.PID)
+	delete(e.ooms, p.PID)
 }
 
 func (e *exporter) gpuLabels(g int) (labels, info string) {
@@ -313,12 +398,14 @@ func (e *exporter) scrape(tk scenario.Tick) map[string]float64 {
 		put("gpumem_allocator_inactive_split_bytes", p.InactiveSplit)
 		put("gpumem_allocator_peak_reserved_bytes", p.PeakReserved)
 		put("gpumem_allocator_peak_active_bytes", p.PeakActive)
-		capacity := p.Reserved + free[p.GPU]
 		if p.Limit > 0 {
 			put("gpumem_allocator_limit_bytes", p.Limit)
-			capacity = min(capacity, p.Limit)
 		}
-		put("gpumem_allocator_capacity_bytes", capacity)
+		ceiling, _ := capacity(p, free[p.GPU])
+		put("gpumem_allocator_capacity_bytes", ceiling)
+		if eta, ok := e.timeToOOM[p.PID]; ok {
+			put("gpumem_allocator_time_to_oom_seconds", uint64(eta.Seconds()))
+		}
 		if f := e.floors[p.PID]; f != nil {
 			if v, ok := f.Floor(); ok {
 				put("gpumem_allocator_active_floor_bytes", v)
