@@ -3,7 +3,7 @@
 # or more builds measured in alternating rounds on one machine. N
 # processes report allocator stats to one socket path throughout: on a GPU
 # (BACKEND=nvml), PyTorch processes each holding 256 MiB
-# (scripts/gpu/hold.py); without one (BACKEND=simulated), stand-in clients
+# (`scripts/gpu/workloads.py hold`); without one (BACKEND=simulated), stand-in clients
 # (scripts/measure.py clients) beside the simulated node. Each round starts
 # one build on that path (the clients reconnect), waits until all N are
 # connected, then measures
@@ -111,7 +111,7 @@ if [ "$BACKEND" = simulated ]; then
 	PIDS+=("$!")
 else
 	for _ in $(seq "$N"); do
-		GPUMEM_SOCKET=$SOCK python3 scripts/gpu/hold.py 256 >/dev/null 2>&1 &
+		GPUMEM_SOCKET=$SOCK python3 scripts/gpu/workloads.py hold 256 >/dev/null 2>&1 &
 		PIDS+=("$!")
 	done
 	wait_gpu_processes "$N"

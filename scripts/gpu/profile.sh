@@ -69,7 +69,7 @@ PY
 for n in 1 "$N"; do
 	have=$(gpu_processes)
 	for _ in $(seq $((n - have))); do
-		python3 scripts/gpu/hold.py 256 >/dev/null 2>&1 &
+		python3 scripts/gpu/workloads.py hold 256 >/dev/null 2>&1 &
 		PIDS+=("$!")
 	done
 	wait_gpu_processes "$n"
