@@ -8,7 +8,7 @@ watches, for the scripts that measure it (standard library only).
   measure.py idle PID SECONDS               CPU of PID over SECONDS without scrapes
   measure.py table RESULTS.jsonl            compare_peers.sh's table, in Markdown
   measure.py apiserver PORT [PODS] [NODE]   a Kubernetes API server serving one node's pods
-                                            (rss.sh's pod watch; see fake_apiserver below)
+                                            (rss.sh's pod watch; see apiserver below)
   measure.py clients N SOCKET CLIENT_DIR UUID [SPACING]
                                             N stand-in clients reporting a constant allocator
                                             state (idle.sh without a GPU; see clients below)
