@@ -520,33 +520,29 @@ def foresight(kind, outdir):
             torch.cuda.synchronize()
             time.sleep(max(0.0, 1.0 - (time.time() - t)))
 
-    def steady(seconds):
-        nonlocal model
-        limit(8 * GiB)
-        model = mlp()
+    def train(batch, seconds):
+        # Training whose memory is the same step after step.
         opt = torch.optim.SGD(model.parameters(), lr=1e-3)
         end = time.time() + seconds
         while time.time() < end:
-            loss = model(torch.randn(2048, 4096, device="cuda")).square().mean()
+            loss = model(torch.randn(batch, 4096, device="cuda")).square().mean()
             opt.zero_grad()
             loss.backward()
             opt.step()
             torch.cuda.synchronize()
             time.sleep(0.2)
 
+    def steady(seconds):
+        nonlocal model
+        limit(8 * GiB)
+        model = mlp()
+        train(2048, seconds)
+
     def evaluation():
         nonlocal model
         limit(6 * GiB)
         model = mlp(depth=4)
-        steady_end = time.time() + 60
-        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-        while time.time() < steady_end:
-            loss = model(torch.randn(1024, 4096, device="cuda")).square().mean()
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            torch.cuda.synchronize()
-            time.sleep(0.2)
+        train(1024, 60)
         # The evaluation batch, without torch.no_grad(): every layer's
         # activations are kept for a backward pass that never comes.
         model(torch.randn(128 * 1024, 4096, device="cuda")).sum().item()
