@@ -3,8 +3,8 @@
 # or more builds measured in alternating rounds on one machine. N
 # processes report allocator stats to one socket path throughout: on a GPU
 # (BACKEND=nvml), PyTorch processes each holding 256 MiB
-# (`scripts/gpu/workloads.py hold`); without one (BACKEND=simulated), stand-in clients
-# (scripts/measure.py clients) beside the simulated node. Each round starts
+# (`scripts/gpu/workloads.py hold`); without one (BACKEND=simulated),
+# stand-in clients (`scripts/measure.py clients`) beside the simulated node. Each round starts
 # one build on that path (the clients reconnect), waits until all N are
 # connected, then measures
 #   - CPU over IDLE_SECONDS without scrapes (schedstat of every thread),
