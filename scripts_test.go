@@ -225,3 +225,25 @@ func TestPythonTestsListSkippedTestsWithTheirReasons(t *testing.T) {
 		t.Errorf("GOTEST_SKIPS file %q, want %q", got, want)
 	}
 }
+
+// Every script under scripts/ has its line in scripts/README.md, which
+// says what it does and how to run it.
+func TestEveryScriptHasItsLineInTheScriptsREADME(t *testing.T) {
+	readme, err := os.ReadFile("scripts/README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = filepath.WalkDir("scripts", func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || d.Name() == "README.md" || strings.Contains(path, "__pycache__") {
+			return err
+		}
+		rel := strings.TrimPrefix(path, "scripts/")
+		if !strings.Contains(string(readme), "`"+rel+"`") {
+			t.Errorf("%s has no line in scripts/README.md", path)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

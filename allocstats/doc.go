@@ -5,10 +5,11 @@
 //
 // The wire protocol is specified in docs/protocol.md: one JSON object per
 // line, identity taken from SO_PEERCRED, never from the message. The data
-// flow is socket -> Server -> Session -> Store -> collector: the Server
+// flow is socket -> Server -> Session -> Store -> attribution: the Server
 // opens a Session per connection, the store's one input, which the
-// simulated node's processes use too; the collector reads the Store with
-// Processes, which returns a deep copy. Ingest never makes a
+// simulated node's processes use too; the one join (attribution) reads
+// the Store with Processes, which returns a deep copy, and every output
+// reads the join. Ingest never makes a
 // reader wait: readers take a copy-on-write index of the processes and
 // lock one process at a time, and a connection's messages lock only its
 // own process (see Store).

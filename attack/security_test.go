@@ -443,11 +443,7 @@ func TestSecurityOOMFloodAndBlame(t *testing.T) {
 	t.Parallel()
 	e := startExporter(t)
 	e.WaitReady(t)
-	c, err := net.Dial("unix", e.Socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := e.Dial(t)
 	w := bufio.NewWriter(c)
 	uuid := simulate.UUIDs[victimGPU]
 	fmt.Fprintf(w, `{"v":1,"type":"stats","devices":[{"uuid":%q,"reserved_bytes":18446744073709551615,"active_bytes":18446744073709551615}]}`+"\n", uuid)
@@ -748,11 +744,7 @@ func TestAttackAllAtOnceStaysUnderTheMemoryRequest(t *testing.T) {
 	}
 	baseline := procStatusBytes(t, pid, "VmRSS")
 
-	good, err := net.Dial("unix", e.Socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer good.Close()
+	good := e.Dial(t)
 	var conns []net.Conn
 	var connsMu sync.Mutex
 	keep := func(c net.Conn) {

@@ -13,6 +13,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/gpumem/gpumem_exporter/internal/dashboardtest"
 	"github.com/gpumem/gpumem_exporter/internal/doccheck"
 )
 
@@ -163,9 +164,6 @@ type query struct {
 	expr  string
 }
 
-// labelValues matches a label_values(selector, label) variable query.
-var labelValues = regexp.MustCompile(`^label_values\((.*),\s*\w+\)$`)
-
 // queries returns every PromQL expression in the dashboard: the panels'
 // targets, the annotations and the selectors inside the variables'
 // label_values() queries.
@@ -186,15 +184,11 @@ func queries(t *testing.T, d dashboard) []query {
 		if v.Type != "query" {
 			continue
 		}
-		var q string
-		if err := json.Unmarshal(v.Query, &q); err != nil {
-			t.Fatalf("%s variable %s: query is not a string: %s", d.file, v.Name, v.Query)
+		selector, _, err := dashboardtest.LabelValues(v.Query)
+		if err != nil {
+			t.Fatalf("%s variable %s: %v", d.file, v.Name, err)
 		}
-		m := labelValues.FindStringSubmatch(q)
-		if m == nil {
-			t.Fatalf("%s variable %s: query %q is not label_values(selector, label)", d.file, v.Name, q)
-		}
-		qs = append(qs, query{fmt.Sprintf("%s variable %s", d.file, v.Name), m[1]})
+		qs = append(qs, query{fmt.Sprintf("%s variable %s", d.file, v.Name), selector})
 	}
 	return qs
 }

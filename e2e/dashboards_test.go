@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpumem/gpumem_exporter/internal/dashboardtest"
 )
 
 var dashboardsDir = filepath.Join(repoRoot, "dashboards")
@@ -131,8 +133,6 @@ var oneWorkload = &selection{
 	},
 }
 
-var labelValuesQuery = regexp.MustCompile(`^label_values\((.*),\s*(\w+)\)$`)
-
 // checks returns the queries of the dashboards with every variable All,
 // and those that must return data for oneWorkload.
 func checks(t *testing.T, ds []dashboard) []check {
@@ -170,15 +170,11 @@ func allChecks(t *testing.T, ds []dashboard) []check {
 			if v.Type != "query" {
 				continue
 			}
-			var q string
-			if err := json.Unmarshal(v.Query, &q); err != nil {
-				t.Fatalf("%s variable %s: query is not a string: %s", d.file, v.Name, v.Query)
+			selector, label, err := dashboardtest.LabelValues(v.Query)
+			if err != nil {
+				t.Fatalf("%s variable %s: %v", d.file, v.Name, err)
 			}
-			m := labelValuesQuery.FindStringSubmatch(q)
-			if m == nil {
-				t.Fatalf("%s variable %s: query %q is not label_values(selector, label)", d.file, v.Name, q)
-			}
-			out = append(out, check{where: fmt.Sprintf("%s variable %s", d.file, v.Name), selector: m[1], label: m[2]})
+			out = append(out, check{where: fmt.Sprintf("%s variable %s", d.file, v.Name), selector: selector, label: label})
 		}
 	}
 	return out

@@ -339,11 +339,7 @@ func TestProtocolBlackBox(t *testing.T) {
 	t.Parallel()
 	e := startExporter(t)
 	e.WaitReady(t)
-	conn, err := net.Dial("unix", e.Socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := e.Dial(t)
 	r := bufio.NewReader(conn)
 	send := func(line string) {
 		t.Helper()
@@ -418,16 +414,7 @@ func TestProtocolLimitsBlackBox(t *testing.T) {
 	t.Parallel()
 	e := startExporter(t, "--allocstats.max-message-bytes=1024")
 	e.WaitReady(t)
-	dial := func() net.Conn {
-		t.Helper()
-		c, err := net.Dial("unix", e.Socket)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
-	good, bad := dial(), dial()
+	good, bad := e.Dial(t), e.Dial(t)
 	io.WriteString(good, `{"v":1,"type":"shiny-new-type","x":1}`+"\n")
 	io.WriteString(good, `{"v":2,"type":"stats","devices":[]}`+"\n")
 	io.WriteString(good, `{"v":1,"type":"stats","devices":[{"uuid":"GPU-5f0e3c1a-7b2d-4e89-a1c3-000000000001","reserved_bytes":7340032}]}`+"\n")

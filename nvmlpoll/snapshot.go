@@ -1,7 +1,7 @@
-// Package nvml reads GPU and per-process memory from NVML in one polling
-// goroutine and publishes it as immutable snapshots. Two backends share the
-// poller: the real library (go-nvml) and a simulated node built on go-nvml's
-// dgxh200 mock.
+// Package nvmlpoll reads GPU and per-process memory from NVML in one polling
+// goroutine and publishes it as immutable snapshots. The poller reads an
+// nvml.Interface: the real library (go-nvml), or the simulated node of
+// package simulate, built on go-nvml's dgxh200 mock.
 package nvmlpoll
 
 import (

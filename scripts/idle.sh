@@ -3,8 +3,8 @@
 # or more builds measured in alternating rounds on one machine. N
 # processes report allocator stats to one socket path throughout: on a GPU
 # (BACKEND=nvml), PyTorch processes each holding 256 MiB
-# (scripts/gpu/hold.py); without one (BACKEND=simulated), stand-in clients
-# (scripts/fake_clients.py) beside the simulated node. Each round starts
+# (`scripts/gpu/workloads.py hold`); without one (BACKEND=simulated),
+# stand-in clients (`scripts/measure.py clients`) beside the simulated node. Each round starts
 # one build on that path (the clients reconnect), waits until all N are
 # connected, then measures
 #   - CPU over IDLE_SECONDS without scrapes (schedstat of every thread),
@@ -14,7 +14,7 @@
 #   - with SCRAPES > 0, that many sequential scrapes in each of
 #     SCRAPE_MODES (scripts/measure.py's modes) of each of SCRAPE_PATHS;
 # and stops the build. On a GPU it ends with NVML's own floor: the data
-# calls of one poll, once a second, from Python (scripts/gpu/nvml_idle.py).
+# calls of one poll, once a second, from Python (`scripts/gpu/nvml.py idle`).
 #
 #   EXPORTER=./gpumem_exporter bash scripts/idle.sh
 #   VARIANTS="new=/tmp/new old=/tmp/old" ROUNDS="new old new old" bash scripts/idle.sh
@@ -107,11 +107,11 @@ stop() {
 read -r first _ <<<"$ROUNDS"
 start "$first"
 if [ "$BACKEND" = simulated ]; then
-	python3 scripts/fake_clients.py "$N" "$SOCK" "$CLIENT" "$SIM_UUID" &
+	python3 scripts/measure.py clients "$N" "$SOCK" "$CLIENT" "$SIM_UUID" &
 	PIDS+=("$!")
 else
 	for _ in $(seq "$N"); do
-		GPUMEM_SOCKET=$SOCK python3 scripts/gpu/hold.py 256 >/dev/null 2>&1 &
+		GPUMEM_SOCKET=$SOCK python3 scripts/gpu/workloads.py hold 256 >/dev/null 2>&1 &
 		PIDS+=("$!")
 	done
 	wait_gpu_processes "$N"
@@ -162,5 +162,5 @@ for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
 PIDS=()
 if [ "$BACKEND" = nvml ]; then
 	echo "-- NVML's floor: one poll's data calls once a second from Python, nothing else running"
-	(cd scripts/gpu && python3 nvml_idle.py 30)
+	python3 scripts/gpu/nvml.py idle 30
 fi

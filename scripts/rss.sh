@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # RSS of one gpumem_exporter binary with and without
 # --runtime.release-startup-pages, Kubernetes off and then
-# watching the pods of scripts/fake_apiserver.py. Each configuration
+# watching the pods of `scripts/measure.py apiserver`. Each configuration
 # polls every second and is scraped (gzip) once a second for
 # SCRAPE_SECONDS; then VmRSS, RssAnon and RssFile from /proc/PID/status.
 #   EXPORTER=/tmp/gpumem_exporter bash scripts/rss.sh
@@ -34,7 +34,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-python3 "$(dirname "$0")/fake_apiserver.py" "$API_PORT" "$PODS" gpu-node-1 >"$WORK/api.out" 2>"$WORK/api.err" &
+python3 "$(dirname "$0")/measure.py" apiserver "$API_PORT" "$PODS" gpu-node-1 >"$WORK/api.out" 2>"$WORK/api.err" &
 API=$!
 for _ in $(seq 50); do [ -s "$WORK/api.out" ] && break; sleep 0.1; done
 KUBECONFIG_FILE=$(head -1 "$WORK/api.out")

@@ -21,7 +21,7 @@ import (
 	"github.com/gpumem/gpumem_exporter/workload"
 )
 
-// Figures of the simulated node, taken from a real H200 (GPU-FACTS.md).
+// Figures of the simulated node, taken from a real H200 (docs/validation.md).
 const (
 	MiB = 1 << 20
 	GiB = 1 << 30

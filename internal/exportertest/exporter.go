@@ -207,6 +207,19 @@ func (e *Exporter) WaitReady(t testing.TB) {
 	}
 }
 
+// Dial connects to the exporter's allocator-statistics socket as a client
+// would, failing the test if it cannot; the connection is closed when the
+// test ends.
+func (e *Exporter) Dial(t testing.TB) net.Conn {
+	t.Helper()
+	c, err := net.Dial("unix", e.Socket)
+	if err != nil {
+		t.Fatalf("dialling the exporter's socket %s: %v", e.Socket, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 // Pid is the exporter's process id.
 func (e *Exporter) Pid() int { return e.Cmd.Process.Pid }
 

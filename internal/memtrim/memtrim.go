@@ -7,7 +7,7 @@
 // code and read constants that a running exporter never touches again.
 // On kernels that keep files in large folios (ext4 and XFS on Linux 6.x)
 // touching one page of a file maps the whole folio, so the resident set
-// then holds most of the binary: 24 of 45 MiB on an H200 node. Release,
+// then holds most of the binary (docs/benchmarks.md measures it). Release,
 // called once start-up is over, drops those pages from the process and
 // from the page cache, tells the kernel to read them back one page at a
 // time when they are needed again, and returns the heap start-up left

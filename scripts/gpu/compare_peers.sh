@@ -74,7 +74,7 @@ count() {
 # hold N MIB: start N processes that each hold MIB on GPU 0 and report.
 hold() {
 	for _ in $(seq "$1"); do
-		python3 scripts/gpu/hold.py "$2" >/dev/null 2>&1 &
+		python3 scripts/gpu/workloads.py hold "$2" >/dev/null 2>&1 &
 		PIDS+=("$!")
 	done
 }

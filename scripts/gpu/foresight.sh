@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Does the daemon warn a job before it dies of an OOM, on a real GPU? One
 # run of about 8 minutes on one GPU: the exporter (real NVML) beside five
-# PyTorch processes at once (scripts/gpu/foresight.py): a 95-second leak, a
-# 7-minute leak, 5 minutes of steady training, an evaluation without
-# torch.no_grad() and a request larger than the GPU. Each process's
+# PyTorch processes at once (`scripts/gpu/workloads.py foresight`): a
+# 95-second leak, a 7-minute leak, 5 minutes of steady training, an
+# evaluation without torch.no_grad() and a request larger than the GPU. Each process's
 # stderr (the warning and the verdict the client printed), its record of
 # when it was warned and when it failed, its checkpoint, the exporter's
 # OOM reports and a scrape of gpumem_allocator_time_to_oom_seconds every
@@ -39,10 +39,10 @@ done ) >"$OUT/scrapes.txt" 2>/dev/null &
 
 pids=()
 for kind in ${KINDS:-leak95 leak7m steady eval too_large}; do
-	python3 scripts/gpu/foresight.py $kind "$OUT" >"$OUT/$kind.stdout" 2>"$OUT/$kind.stderr" &
+	python3 scripts/gpu/workloads.py foresight $kind "$OUT" >"$OUT/$kind.stdout" 2>"$OUT/$kind.stderr" &
 	pids+=($!)
 done
 wait "${pids[@]}"
 sleep 3
 python3 -c "import urllib.request as u; print(u.urlopen('$URL/api/v1/oom-reports').read().decode())" >"$OUT/oom-reports.json"
-python3 scripts/gpu/foresight_summary.py "$OUT" | tee "$OUT/summary.md"
+python3 scripts/gpu/workloads.py foresight-summary "$OUT" | tee "$OUT/summary.md"

@@ -1,18 +1,21 @@
 #!/usr/bin/env python3
-"""Make six real kinds of CUDA out-of-memory error on one GPU, each in its own
-process instrumented with the gpumem client, and print the exporter's verdict
-on each: the cause it gave, whether that is the expected one, and whether the
-verdict's paragraph reached the process's stderr.
+"""Make real CUDA out-of-memory errors on one GPU, each in its own process
+instrumented with the gpumem client, and print the exporter's verdict on
+each: the cause it gave, whether that is the expected one, and whether the
+verdict's paragraph reached the process's stderr after the framework's
+traceback.
 
-    python3 scripts/gpu/oom_causes.py --exporter ./gpumem_exporter [--out DIR]
+    python3 scripts/gpu/oom_causes.py --exporter ./gpumem_exporter [--out DIR] [--only KINDS]
+    python3 scripts/gpu/oom_causes.py --frameworks --exporter ./gpumem_exporter [--out DIR] [--only KINDS]
 
-Needs PyTorch with CUDA and a GPU with at least 130 GiB free (an H200; the
-sizes below are for it). It starts the exporter itself on a socket and port
-of its own, runs the kinds one after another (about five minutes), writes
-each process's stderr and the exporter's reports under --out, and exits 1
-if a kind got no report, the wrong cause, or no paragraph on its stderr.
+It starts the exporter itself on a socket and port of its own, runs the
+kinds one after another, writes each process's stderr and the exporter's
+reports under --out, and exits 1 if a kind that ran got no report, the
+wrong cause, or no paragraph on its stderr.
 
-The kinds:
+Without --frameworks, six PyTorch kinds (about five minutes). Needs PyTorch
+with CUDA and a GPU with at least 130 GiB free (an H200; the sizes below
+are for it):
   limit          set_per_process_memory_fraction(0.05): 3 GiB of weights and
                  a batch that grows 256 MiB a step until it passes the limit
   fragmentation  limit 5 GiB; one 4 GiB segment cached, four 1 GiB tensors
@@ -24,6 +27,17 @@ The kinds:
                  empty_cache(); this one asks for 40 GiB as its first allocation
   growth         25 s of training, then an evaluation without torch.no_grad()
                  on a 16 times larger batch
+
+With --frameworks, four JAX and CuPy kinds (under a minute). Needs a GPU
+with 20 GiB free and jax[cuda] and/or cupy; a kind whose framework is not
+installed is skipped:
+  jax_too_large    one 200 GiB array, the process's first allocation
+                   (JAX preallocates 75% of the GPU: the request is past it)
+  jax_limit        XLA_PYTHON_CLIENT_MEM_FRACTION=0.1 (14 GiB on an H200):
+                   1 GiB arrays kept until the pool cannot hold the next
+  cupy_too_large   one 200 GiB array, the process's first allocation
+  cupy_limit       the default pool limited to 4 GiB (set_limit): 1 GiB
+                   arrays kept until the pool refuses the next
 """
 
 import argparse
@@ -40,17 +54,7 @@ CLIENT = os.path.join(HERE, "..", "..", "clients", "python")
 GiB = 1 << 30
 MiB = 1 << 20
 
-EXPECTED = {
-    "limit": "limit",
-    "fragmentation": "fragmentation",
-    "leak": "leak",
-    "too_large": "too_large",
-    "neighbours": "neighbours",
-    "growth": "growth",
-}
-
-
-# -- the workloads, each run in a process of its own (--kind) --
+# -- the PyTorch kinds, each run in a process of its own (--kind) --
 
 def _start(fraction=None):
     import torch
@@ -133,11 +137,67 @@ def torch_total():
     return torch.cuda.get_device_properties(0).total_memory
 
 
-KINDS = {
-    "limit": kind_limit, "fragmentation": kind_fragmentation, "leak": kind_leak,
-    "too_large": kind_too_large, "holder": kind_holder, "neighbours": kind_neighbours,
-    "growth": kind_growth,
+
+# -- the JAX and CuPy kinds (--frameworks) --
+
+def kind_jax_too_large():
+    import gpumem
+    gpumem.start()
+    import jax.numpy as jnp
+    x = jnp.zeros((200 * GiB,), dtype=jnp.uint8)
+    x.block_until_ready()
+
+
+def kind_jax_limit():
+    import gpumem
+    gpumem.start()
+    import jax.numpy as jnp
+    kept = []
+    while True:
+        x = jnp.ones((GiB // 4,), dtype=jnp.float32)  # 1 GiB
+        x.block_until_ready()
+        kept.append(x)
+        time.sleep(0.3)  # a push or two between steps
+
+
+def kind_cupy_too_large():
+    import gpumem
+    gpumem.start()
+    import cupy
+    cupy.zeros((200 * GiB,), dtype=cupy.uint8)
+
+
+def kind_cupy_limit():
+    import gpumem
+    gpumem.start()
+    import cupy
+    cupy.get_default_memory_pool().set_limit(size=4 * GiB)
+    kept = []
+    while True:
+        kept.append(cupy.ones((GiB // 4,), dtype=cupy.float32))  # 1 GiB
+        time.sleep(0.3)
+
+
+# Each kind: its workload, the cause it must get, the framework it needs,
+# the name its error has in the traceback, and extra environment.
+TORCH_KINDS = {
+    "limit": (kind_limit, "limit", "torch", "OutOfMemoryError", {}),
+    "fragmentation": (kind_fragmentation, "fragmentation", "torch", "OutOfMemoryError", {}),
+    "leak": (kind_leak, "leak", "torch", "OutOfMemoryError", {}),
+    "too_large": (kind_too_large, "too_large", "torch", "OutOfMemoryError", {}),
+    "neighbours": (kind_neighbours, "neighbours", "torch", "OutOfMemoryError", {}),
+    "growth": (kind_growth, "growth", "torch", "OutOfMemoryError", {}),
 }
+FRAMEWORK_KINDS = {
+    "jax_too_large": (kind_jax_too_large, "too_large", "jax", "RESOURCE_EXHAUSTED", {}),
+    "jax_limit": (kind_jax_limit, "limit", "jax", "RESOURCE_EXHAUSTED", {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.1"}),
+    "cupy_too_large": (kind_cupy_too_large, "too_large", "cupy", "OutOfMemoryError", {}),
+    "cupy_limit": (kind_cupy_limit, "limit", "cupy", "OutOfMemoryError", {}),
+}
+# The processes --kind runs: every kind, and the neighbours' holder.
+KINDS = {k: v[0] for k, v in list(TORCH_KINDS.items()) + list(FRAMEWORK_KINDS.items())}
+KINDS["holder"] = kind_holder
+MARKER = "gpumem: why CUDA ran out of memory"
 
 
 # -- the driver --
@@ -147,7 +207,12 @@ def reports(port):
         return json.load(r)["reports"]
 
 
-def run_kind(kind, env, out, timeout=300):
+def installed(module):
+    return subprocess.run([sys.executable, "-c", "import " + module], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL).returncode == 0
+
+
+def run_kind(kind, env, out, timeout):
     with open(os.path.join(out, kind + ".stderr"), "wb") as err:
         p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--kind", kind], env=env,
                              stdout=subprocess.DEVNULL, stderr=err)
@@ -162,10 +227,11 @@ def run_kind(kind, env, out, timeout=300):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--exporter", help="the gpumem_exporter binary")
+    ap.add_argument("--frameworks", action="store_true", help="the JAX and CuPy kinds instead of PyTorch's")
     ap.add_argument("--out", default=None, help="where to write stderr files and reports (default: a temp dir)")
-    ap.add_argument("--port", type=int, default=19481)
+    ap.add_argument("--port", type=int, default=None, help="the exporter's port (default 19481, 19482 with --frameworks)")
     ap.add_argument("--kind", choices=sorted(KINDS), help=argparse.SUPPRESS)
-    ap.add_argument("--only", default=",".join(EXPECTED), help="comma-separated kinds to run")
+    ap.add_argument("--only", default=None, help="comma-separated kinds to run (default: all of the set)")
     a = ap.parse_args()
     if a.kind:
         if os.environ.get("OOM_CAUSES_DEBUG"):
@@ -175,59 +241,69 @@ def main():
         return 0
     if not a.exporter:
         ap.error("--exporter is required")
-    out = a.out or tempfile.mkdtemp(prefix="oom-causes-")
+    kinds = FRAMEWORK_KINDS if a.frameworks else TORCH_KINDS
+    port = a.port or (19482 if a.frameworks else 19481)
+    timeout = 180 if a.frameworks else 300
+    only = (a.only or ",".join(kinds)).split(",")
+    for kind in only:
+        if kind not in kinds:
+            ap.error("unknown kind %s; the kinds%s: %s" % (kind, " with --frameworks" if a.frameworks else "", ",".join(kinds)))
+    out = a.out or tempfile.mkdtemp(prefix="oom-frameworks-" if a.frameworks else "oom-causes-")
     os.makedirs(out, exist_ok=True)
     sockdir = tempfile.mkdtemp(prefix="gpumem-")
     sock = os.path.join(sockdir, "allocstats.sock")
     env = dict(os.environ, GPUMEM_SOCKET=sock, PYTHONPATH=os.path.abspath(CLIENT), PYTHONUNBUFFERED="1")
     env.pop("GPUMEM_OOM_MESSAGE", None)
     log = open(os.path.join(out, "exporter.log"), "wb")
-    exporter = subprocess.Popen([a.exporter, "--allocstats.socket=" + sock, "--web.listen-address=127.0.0.1:%d" % a.port],
+    exporter = subprocess.Popen([a.exporter, "--allocstats.socket=" + sock, "--web.listen-address=127.0.0.1:%d" % port],
                                 stdout=log, stderr=log)
     failed = 0
+    rows = []
     try:
         for _ in range(100):
             try:
-                reports(a.port)
+                reports(port)
                 break
             except OSError:
                 time.sleep(0.1)
-        holder = None
-        rows = []
-        for kind in a.only.split(","):
+        for kind in only:
+            _, want, framework, error, extra_env = kinds[kind]
+            if a.frameworks and not installed(framework):
+                rows.append((kind, want, "-", [], False, 0, "skipped: %s is not installed" % framework, True))
+                continue
+            holder = None
             if kind == "neighbours":
                 holder = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--kind", "holder"], env=env,
                                           stdout=subprocess.PIPE, stderr=open(os.path.join(out, "holder.stderr"), "wb"))
                 holder.stdout.readline()
                 time.sleep(3)  # the holder pushes its cache to the exporter
             t0 = time.time()
-            rc, pid = run_kind(kind, env, out)
+            rc, pid = run_kind(kind, dict(env, **extra_env), out, timeout)
             if holder is not None:
                 holder.kill()
                 holder.wait()
-                holder = None
             time.sleep(1)
-            rep = next((r for r in reports(a.port) if r["pid"] == pid), None)
+            rep = next((r for r in reports(port) if r["pid"] == pid), None)
             with open(os.path.join(out, kind + ".stderr"), "rb") as f:
                 stderr = f.read().decode("utf-8", "replace")
-            printed = "gpumem: why CUDA ran out of memory" in stderr and "OutOfMemoryError" in stderr and \
-                stderr.index("OutOfMemoryError") < stderr.index("gpumem: why CUDA ran out of memory")
+            printed = MARKER in stderr and error in stderr and stderr.index(error) < stderr.index(MARKER)
             cause = rep["verdict"]["cause"] if rep else None
-            ok = cause == EXPECTED[kind] and printed
+            ok = cause == want and printed and rc != 0
             failed += not ok
-            rows.append((kind, EXPECTED[kind], cause, rep["verdict"].get("contributing", []) if rep else [],
-                         printed, round(time.time() - t0, 1), rep["verdict"]["summary"] if rep else "", ok))
+            rows.append((kind, want, cause, rep["verdict"].get("contributing", []) if rep else [], printed,
+                         round(time.time() - t0, 1), rep["verdict"]["summary"] if rep else "exit status %d" % rc, ok))
             time.sleep(11)  # the per-uid report budget: 6 a minute
         with open(os.path.join(out, "reports.json"), "w") as f:
-            json.dump(reports(a.port), f, indent=1)
-        print("%-14s %-14s %-14s %-22s %-8s %s" % ("kind", "expected", "cause", "contributing", "stderr", "seconds"))
-        for kind, want, cause, contrib, printed, secs, summary, ok in rows:
-            print("%-14s %-14s %-14s %-22s %-8s %s%s" % (kind, want, cause, ",".join(contrib) or "-", "yes" if printed else "NO",
-                                                         secs, "" if ok else "   <- WRONG"))
-            print("    " + summary)
+            json.dump(reports(port), f, indent=1)
     finally:
         exporter.terminate()
         exporter.wait()
+    print("%-16s %-14s %-14s %-22s %-8s %s" % ("kind", "expected", "cause", "contributing", "stderr", "seconds"))
+    for kind, want, cause, contrib, printed, secs, summary, ok in rows:
+        print("%-16s %-14s %-14s %-22s %-8s %s%s" % (kind, want, cause, ",".join(contrib) or "-", "yes" if printed else "NO",
+                                                     secs, "" if ok else "   <- WRONG"))
+        print("    " + summary)
+    print("stderr of each process and reports.json: " + out)
     return 1 if failed else 0
 
 

@@ -7,7 +7,7 @@
 #     received meanwhile, a CPU profile over PROFILE_SECONDS (Go frames
 #     only) and, where perf is found, perf record -g over the same time
 #     (native frames too: NVML, libcuda, the runtime), folded by
-#     perf_fold.py; a 10 s execution trace; RSS by mapping (smaps);
+#     `measure.py perf-fold`; a 10 s execution trace; RSS by mapping (smaps);
 #   under load: a CPU profile during 3000 kept-alive gzip scrapes, and the
 #     scrapes' own figures (scripts/measure.py);
 # then a CPU profile of BenchmarkRealPoll. Writes everything to $OUT; read
@@ -69,7 +69,7 @@ PY
 for n in 1 "$N"; do
 	have=$(gpu_processes)
 	for _ in $(seq $((n - have))); do
-		python3 scripts/gpu/hold.py 256 >/dev/null 2>&1 &
+		python3 scripts/gpu/workloads.py hold 256 >/dev/null 2>&1 &
 		PIDS+=("$!")
 	done
 	wait_gpu_processes "$n"
@@ -105,7 +105,7 @@ PY
 		echo "-- perf, at rest, by what the stacks were doing" | tee -a "$OUT/summary.txt"
 		# shellcheck disable=SC2086
 		$PERF script -F comm,tid,ip,sym,dso -i "$WORK/perf.data" 2>/dev/null |
-			python3 scripts/gpu/perf_fold.py --folded "$OUT/folded_idle_$n.txt" | tee -a "$OUT/summary.txt"
+			python3 scripts/measure.py perf-fold --folded "$OUT/folded_idle_$n.txt" | tee -a "$OUT/summary.txt"
 	fi
 	get "$URL/debug/pprof/trace?seconds=10" >"$OUT/idle_$n.trace"
 	smaps "$EXP" | tee -a "$OUT/summary.txt"

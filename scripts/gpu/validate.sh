@@ -5,14 +5,14 @@
 # socket, so that clients find it without GPUMEM_SOCKET), then checks, in
 # order: the client creates no CUDA context on a device the process did
 # not use; the seed article's allocator experiments read back through
-# /metrics equal torch.cuda.memory_stats() and NVML (seed_experiments.py);
+# /metrics equal torch.cuda.memory_stats() and NVML (workloads.py seed-experiments);
 # a plain process's workload labels; every GPU and process value against
 # nvidia-smi; scrape latency and the NVML benchmarks at 1 and at 16
 # processes; the Python client's cost per push; processes sharing a GPU
-# and, where there are two, processes spread over GPUs (two_gpus.py); JAX
-# and CuPy clients (frameworks.py) and their OOMs' reports and verdicts
-# (oom_frameworks.py); an OOM report's context against the
-# truth (oom_context.py); and that an exited process's OOM counter stays
+# and, where there are two, processes spread over GPUs (workloads.py two-gpus);
+# JAX and CuPy clients (workloads.py frameworks) and their OOMs' reports
+# and verdicts (oom_causes.py --frameworks); an OOM report's context
+# against the truth (workloads.py oom-context); and that an exited process's OOM counter stays
 # --allocstats.oom-linger (1m) while its memory series go at once.
 # Needs root, python3 with torch (jax and cupy where present). Binaries in
 # $BIN (default .bin, gzipped or not): gpumem_exporter and nvmlpoll.test,
@@ -58,10 +58,10 @@ print("process imported torch, ran gpumem.start() and never used CUDA; listed by
 PY
 
 section "seed experiments"
-python3 scripts/gpu/seed_experiments.py | tee "$OUT/seed.md"
+python3 scripts/gpu/workloads.py seed-experiments | tee "$OUT/seed.md"
 
 section "workload labels of a plain VM process"
-python3 scripts/gpu/hold.py 3072 & HOLD=$!
+python3 scripts/gpu/workloads.py hold 3072 & HOLD=$!
 sleep 6
 cat /proc/$HOLD/cgroup
 python3 -c "import urllib.request as u; [print(l) for l in u.urlopen('$URL/metrics').read().decode().splitlines() if 'pid=\"$HOLD\"' in l and ('process_info' in l or 'process_memory_used' in l or 'context' in l)]"
@@ -77,7 +77,7 @@ GPUMEM_REAL_NVML=1 "$WORK/nvmlpoll.test" -test.run='^$' -test.bench=Real -test.b
 
 section "16 processes"
 PIDS=""
-for i in $(seq 15); do python3 scripts/gpu/hold.py 256 >/dev/null 2>&1 & PIDS="$PIDS $!"; done
+for i in $(seq 15); do python3 scripts/gpu/workloads.py hold 256 >/dev/null 2>&1 & PIDS="$PIDS $!"; done
 for _ in $(seq 60); do n=$(nvidia-smi --query-compute-apps=pid --format=csv,noheader | wc -l); [ "$n" -ge 16 ] && break; sleep 1; done
 echo "processes on the GPU: $(nvidia-smi --query-compute-apps=pid --format=csv,noheader | wc -l)"
 sleep 2
@@ -102,19 +102,19 @@ for _ in range(n):
 print("torch.cuda.memory_stats(0) alone: %.1f us per call" % ((time.perf_counter() - t) / n * 1e6))
 PY
 
-section "processes sharing a GPU, and spread over GPUs where there are two (two_gpus.py)"
+section "processes sharing a GPU, and spread over GPUs where there are two (workloads.py two-gpus)"
 kill $HOLD $PIDS 2>/dev/null; wait $HOLD $PIDS 2>/dev/null; sleep 1
-python3 scripts/gpu/two_gpus.py | tee "$OUT/two_gpus.md"
+python3 scripts/gpu/workloads.py two-gpus | tee "$OUT/two_gpus.md"
 
 section "JAX and CuPy clients"
-python3 scripts/gpu/frameworks.py jax 2>&1 | grep -v "^WARNING\|^I0000\|^E0000" | tail -8
-python3 scripts/gpu/frameworks.py cupy 2>&1 | tail -8
+python3 scripts/gpu/workloads.py frameworks jax 2>&1 | grep -v "^WARNING\|^I0000\|^E0000" | tail -8
+python3 scripts/gpu/workloads.py frameworks cupy 2>&1 | tail -8
 
-section "JAX and CuPy processes that die of an OOM (oom_frameworks.py)"
-python3 scripts/gpu/oom_frameworks.py --exporter "$WORK/gpumem_exporter" --out "$OUT/oom_frameworks" 2>&1 | tee "$OUT/oom_frameworks.md"
+section "JAX and CuPy processes that die of an OOM (oom_causes.py --frameworks)"
+python3 scripts/gpu/oom_causes.py --frameworks --exporter "$WORK/gpumem_exporter" --out "$OUT/oom_frameworks" 2>&1 | tee "$OUT/oom_frameworks.md"
 
 section "the OOM report's context against the truth"
-python3 scripts/gpu/oom_context.py $URL >"$OUT/oom_context.txt" 2>&1 &
+python3 scripts/gpu/workloads.py oom-context $URL >"$OUT/oom_context.txt" 2>&1 &
 OOMPID=$!
 wait $OOMPID
 tail -20 "$OUT/oom_context.txt"

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Sizes of the simulated node, measured on an H200 (shared/GPU-FACTS.md).
+// Sizes of the simulated node, measured on an H200 (docs/validation.md).
 const (
 	MiB = 1 << 20
 	GiB = 1 << 30

@@ -7,9 +7,7 @@ prints only a known cause, printable text of bounded length, and a UUID
 that parses as one.
 """
 
-import sys
-
-from . import protocol
+from . import _paragraph, protocol
 
 CAUSES = ("limit", "fragmentation", "neighbours", "too_large", "leak", "growth", "contexts", "unknown")
 MAX_TEXT = 800  # characters of the summary or the remedy that are printed
@@ -57,21 +55,11 @@ def paragraph(v):
     head = "gpumem: why CUDA ran out of memory on %s: %s" % (where, v["cause"])
     if v["contributing"]:
         head += " (also: %s)" % ", ".join(v["contributing"])
-    lines = [head]
-    if v["summary"]:
-        lines.append("gpumem:   " + v["summary"])
-    if v["remedy"]:
-        lines.append("gpumem:   First: " + v["remedy"])
-    lines.append("gpumem:   Every process on that GPU at the time: /api/v1/oom-reports on gpumem_exporter"
-                 " (GPUMEM_OOM_MESSAGE=0 turns this message off).")
-    return "\n".join(lines) + "\n"
+    return _paragraph.paragraph(head, v["summary"], v["remedy"],
+                                "Every process on that GPU at the time: /api/v1/oom-reports on gpumem_exporter"
+                                " (GPUMEM_OOM_MESSAGE=0 turns this message off).")
 
 
 def show(v, stream=None):
     """Write the paragraph to stderr; never raises."""
-    try:
-        out = stream if stream is not None else sys.stderr
-        out.write(paragraph(v))
-        out.flush()
-    except Exception:
-        pass
+    _paragraph.show(paragraph, v, stream)

@@ -13,10 +13,9 @@ known causes, bounded numbers and printable text are kept.
 import logging
 import math
 import queue
-import sys
 import threading
 
-from . import protocol
+from . import _paragraph, protocol
 from ._verdict import _text
 
 log = logging.getLogger("gpumem")
@@ -91,24 +90,15 @@ def paragraph(w):
     """The lines printed for a warning."""
     where = "GPU %s" % w.gpu if w.gpu is not None else "the GPU"
     what = "a leak" if w.cause == "leak" else "a growing batch"
-    lines = ["gpumem: this process may run out of GPU memory on %s in about %s (%s)." % (where, _when(w.eta_seconds), what)]
-    if w.summary:
-        lines.append("gpumem:   " + w.summary)
-    if w.remedy:
-        lines.append("gpumem:   First: " + w.remedy)
-    lines.append("gpumem:   Save your work now if it cannot wait (gpumem.on_oom_risk runs your own function on this"
-                 " warning; GPUMEM_WARNINGS=0 turns this message off).")
-    return "\n".join(lines) + "\n"
+    head = "gpumem: this process may run out of GPU memory on %s in about %s (%s)." % (where, _when(w.eta_seconds), what)
+    return _paragraph.paragraph(head, w.summary, w.remedy,
+                                "Save your work now if it cannot wait (gpumem.on_oom_risk runs your own function on this"
+                                " warning; GPUMEM_WARNINGS=0 turns this message off).")
 
 
 def show(w, stream=None):
     """Write the paragraph to stderr; never raises."""
-    try:
-        out = stream if stream is not None else sys.stderr
-        out.write(paragraph(w))
-        out.flush()
-    except Exception:
-        pass
+    _paragraph.show(paragraph, w, stream)
 
 
 _lock = threading.Lock()
