@@ -61,3 +61,35 @@ func TestPackagesFollowTheDataFlow(t *testing.T) {
 		}
 	}
 }
+
+// The product module's go.mod names only what the binaries import:
+// gpumem_exporter (this package) and gpumem-csi (cmd/...). Whatever only
+// the deployment's tests need (the Helm SDK, kustomize, csi-test) belongs
+// in deploy/go.mod, a module of its own, so that whoever vendors, scans or
+// builds the exporter does not carry it.
+func TestGoModRequiresOnlyWhatTheBinariesImport(t *testing.T) {
+	t.Parallel()
+	goList := func(args ...string) []string {
+		t.Helper()
+		cmd := exec.Command("go", append([]string{"list"}, args...)...)
+		cmd.Env = append(cmd.Environ(), "GOWORK=off") // this module's go.mod alone
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go list %s: %v", strings.Join(args, " "), err)
+		}
+		return strings.Fields(string(out))
+	}
+	imported := map[string]bool{}
+	for _, m := range goList("-deps", "-f", "{{with .Module}}{{.Path}}{{end}}", ".", "./cmd/...") {
+		imported[m] = true
+	}
+	direct := goList("-m", "-f", "{{if not (or .Main .Indirect)}}{{.Path}}{{end}}", "all")
+	if len(direct) == 0 {
+		t.Fatal("go list -m found no direct requirement in go.mod")
+	}
+	for _, m := range direct {
+		if !imported[m] {
+			t.Errorf("go.mod requires %s, which neither gpumem_exporter nor gpumem-csi imports: if only tests use it, move them to the deploy module (deploy/go.mod), then go mod tidy", m)
+		}
+	}
+}
