@@ -3,6 +3,13 @@ GO          ?= go
 export CGO_ENABLED := 1
 # go-nvml's header marks some calls deprecated; we do not call them.
 export CGO_CFLAGS  ?= -O2 -g -Wno-deprecated-declarations
+# Two modules: the product's (this directory: what gpumem_exporter and
+# gpumem-csi import) and deploy/'s (the deployment's tests, with the Helm
+# SDK, kustomize, csi-test; it replaces the product module with ../). Each
+# is built and tested with its own go.mod: a go.work of a developer's would
+# let deploy/'s requirements raise the product's.
+export GOWORK      := off
+DEPLOY      := deploy
 VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 REVISION    ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS     := -X github.com/prometheus/common/version.Version=$(VERSION) \
@@ -43,22 +50,23 @@ test:
 	  sort $(SKIPPED) | awk -F '\t' '{ print "  " $$1 " " $$2 ": " $$3 }'; \
 	else echo "No test skipped."; fi
 
-# As go test -race -count=1 ./..., through scripts/gotest.sh: it keeps the
-# linked test binaries in Go's build cache, which go test relinks at every
-# run. go test's own vet pass is off: make lint runs go vet on everything,
+# As go test -race -count=1 ./... in both modules (deploy/'s with -C; one
+# pool of test binaries runs the two), through scripts/gotest.sh: it keeps
+# the linked test binaries in Go's build cache, which go test relinks at
+# every run. go test's own vet pass is off: make lint runs go vet on everything,
 # and the pass would vet every dependency once more for its facts.
 # The end-to-end and attack suites time what an exporter answers under
 # load: they run after the others, one package at a time, so that the
 # other test binaries do not share the two cores with them.
 TIMED_PKGS  := ./attack/ ./e2e/
 test-go:
-	GOTEST_P=$(TESTP) scripts/gotest.sh -race -vet=off -- $$($(GO) list ./... | grep -v -e '/attack$$' -e '/e2e$$')
+	GOTEST_P=$(TESTP) scripts/gotest.sh -race -vet=off -- $$($(GO) list ./... | grep -v -e '/attack$$' -e '/e2e$$') -C $(DEPLOY) ./...
 	GOTEST_P=1 scripts/gotest.sh -race -vet=off -- $(TIMED_PKGS)
 
 # Only the alerts' lead-time test (measures the rules over simulated days
 # with promtool; part of test-go).
 test-leadtime:
-	$(GO) test -race -count=1 -run '^TestAlertLeadTime$$' -v ./deploy/prometheus/
+	$(GO) -C $(DEPLOY) test -race -count=1 -run '^TestAlertLeadTime$$' -v ./prometheus/
 
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
@@ -74,7 +82,9 @@ test-python:
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
 	$(GO) vet ./...
+	$(GO) -C $(DEPLOY) vet ./...
 
+# The product module's benchmarks (deploy/ has none).
 bench:
 	$(GO) test -run='^$$' -bench=. -benchmem ./...
 

@@ -49,7 +49,7 @@ func TestPackagesFollowTheDataFlow(t *testing.T) {
 			}
 			to, depKnown := layer[dep]
 			switch {
-			case !known && f[0] != strings.TrimSuffix(module, "/") && !strings.HasPrefix(pkg, "cmd/") && !strings.HasPrefix(pkg, "deploy/") && !strings.HasPrefix(pkg, "dashboards") && !strings.HasPrefix(pkg, "csi"):
+			case !known && f[0] != strings.TrimSuffix(module, "/") && !strings.HasPrefix(pkg, "cmd/") && !strings.HasPrefix(pkg, "dashboards") && !strings.HasPrefix(pkg, "csi"):
 				t.Errorf("package %s has no layer in this test: add it", pkg)
 			case !depKnown:
 				continue
@@ -58,6 +58,38 @@ func TestPackagesFollowTheDataFlow(t *testing.T) {
 			case known && to >= from:
 				t.Errorf("%s (layer %d) imports %s (layer %d): imports must point down the data flow", pkg, from, dep, to)
 			}
+		}
+	}
+}
+
+// The product module's go.mod names only what the binaries import:
+// gpumem_exporter (this package) and gpumem-csi (cmd/...). Whatever only
+// the deployment's tests need (the Helm SDK, kustomize, csi-test) belongs
+// in deploy/go.mod, a module of its own, so that whoever vendors, scans or
+// builds the exporter does not carry it.
+func TestGoModRequiresOnlyWhatTheBinariesImport(t *testing.T) {
+	t.Parallel()
+	goList := func(args ...string) []string {
+		t.Helper()
+		cmd := exec.Command("go", append([]string{"list"}, args...)...)
+		cmd.Env = append(cmd.Environ(), "GOWORK=off") // this module's go.mod alone
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go list %s: %v", strings.Join(args, " "), err)
+		}
+		return strings.Fields(string(out))
+	}
+	imported := map[string]bool{}
+	for _, m := range goList("-deps", "-f", "{{with .Module}}{{.Path}}{{end}}", ".", "./cmd/...") {
+		imported[m] = true
+	}
+	direct := goList("-m", "-f", "{{if not (or .Main .Indirect)}}{{.Path}}{{end}}", "all")
+	if len(direct) == 0 {
+		t.Fatal("go list -m found no direct requirement in go.mod")
+	}
+	for _, m := range direct {
+		if !imported[m] {
+			t.Errorf("go.mod requires %s, which neither gpumem_exporter nor gpumem-csi imports: if only tests use it, move them to the deploy module (deploy/go.mod), then go mod tidy", m)
 		}
 	}
 }

@@ -177,6 +177,36 @@ func TestGotestListsSkippedTestsWithTheirReasons(t *testing.T) {
 		})
 	}
 
+	// -C DIR runs the packages of the module at DIR too (the repository's
+	// deploy/ module), their binaries apart from the first module's, even
+	// where two packages share a name.
+	for _, tc := range []struct {
+		name  string
+		env   []string
+		fails bool
+		has   []string
+	}{
+		{"two modules", nil, false, []string{"ok\texample.invalid/gotest/skips", "ok\texample.invalid/gotestother/skips",
+			"Skipped tests (4), with their reasons:\n", "  example.invalid/gotestother/skips TestNeedsEtcd: skips_test.go:11: etcd is not installed\n"}},
+		{"failing in the second module", []string{"GOTEST_FIXTURE_FAIL_OTHER=1"}, true, []string{"ok\texample.invalid/gotest/skips",
+			"failed in the other module\n--- FAIL: TestFailsInTheOtherModule", "FAIL\texample.invalid/gotestother/skips"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command(script, "--", "./...", "-C", "other", "./...")
+			cmd.Dir = "testdata/gotest"
+			cmd.Env = append(os.Environ(), append(tc.env, "GOTEST_BIN="+t.TempDir(), "GOTEST_SKIPS=", "GOFLAGS=-mod=mod")...)
+			out, err := cmd.CombinedOutput()
+			if (err != nil) != tc.fails {
+				t.Fatalf("err = %v, want failure %v; output:\n%s", err, tc.fails, out)
+			}
+			for _, w := range tc.has {
+				if !strings.Contains(string(out), w) {
+					t.Errorf("output does not say %q:\n%s", w, out)
+				}
+			}
+		})
+	}
+
 	t.Run("GOTEST_SKIPS", func(t *testing.T) {
 		file := filepath.Join(t.TempDir(), "skipped")
 		cmd := exec.Command(script, "--", "./...")

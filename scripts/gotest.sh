@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# gotest.sh [go test build flags] -- [packages]: what `go test -count=1
-# FLAGS PACKAGES` does, from test binaries that Go's build cache keeps.
+# gotest.sh [go test build flags] -- [packages] [-C DIR [packages]]...:
+# what `go test -count=1 FLAGS PACKAGES` does, from test binaries that Go's
+# build cache keeps. `-C DIR` runs the packages after it in the module at
+# DIR, as `go -C DIR test` would (the repository has two modules: the
+# product's and deploy/'s); packages default to ./... .
 #
 # `go test` links every test binary again at each run (about 45 CPU-seconds
 # of a warm `make test` on the race build here); `go test -c` takes the
@@ -19,7 +22,23 @@ set -euo pipefail
 flags=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do flags+=("$1"); shift; done
 [ $# -gt 0 ] && shift
-[ $# -gt 0 ] || set -- ./...
+# The groups of packages, one per module: dirs[i] is the module's
+# directory, pkgs[i] its packages (space-separated). The packages before
+# any -C are the current directory's; none there and a -C later: none.
+dirs=(.) pkgs=("")
+while [ $# -gt 0 ]; do
+  if [ "$1" = -C ]; then
+    [ $# -ge 2 ] || { echo "gotest.sh: -C needs a directory" >&2; exit 2; }
+    dirs+=("$2") pkgs+=("")
+    shift 2
+  else
+    pkgs[${#pkgs[@]}-1]+="$1 "
+    shift
+  fi
+done
+if [ -z "${pkgs[0]}" ] && [ ${#dirs[@]} -gt 1 ]; then
+  dirs=("${dirs[@]:1}") pkgs=("${pkgs[@]:1}")
+fi
 bin=${GOTEST_BIN:-.cache/testbin}
 jobs=${GOTEST_P:-$(nproc 2>/dev/null || echo 2)}
 mkdir -p "$bin"
@@ -29,9 +48,16 @@ logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
 
 # -c names each binary after the last element of its import path (the
-# build fails if two packages share one).
+# build fails if two packages of a module share one); each module's
+# binaries go to a folder of their own: $bin for the current directory's,
+# $bin/C_<dir> for the others.
+modbin() { if [ "$1" = . ]; then echo "$bin"; else echo "$bin/C_${1//\//_}"; fi; }
 built=0
-go test "${flags[@]}" -c -o "$bin/" "$@" >"$logs/build" 2>&1 || built=$?
+for i in "${!dirs[@]}"; do
+  read -ra p <<<"${pkgs[$i]:-./...}"
+  mkdir -p "$(modbin "${dirs[$i]}")"
+  go -C "${dirs[$i]}" test "${flags[@]}" -c -o "$(modbin "${dirs[$i]}")/" "${p[@]}" >>"$logs/build" 2>&1 || built=$?
+done
 grep -v '\[no test files\]$' "$logs/build" || true
 [ "$built" -eq 0 ] || exit 2
 # The binaries run with -test.v, which streams each test's lines under a
@@ -57,17 +83,26 @@ export bin logs failed_lines skipped_tests GOTEST_V="${GOTEST_V:-}"
 # Slowest first (by the last run's times; a package not timed yet first of
 # all), so that the longest package does not start last.
 touch "$bin/durations"
-go list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{"\t"}}{{.Dir}}{{end}}' "$@" | grep . |
+# Each line: package, its directory, the folder of its test binary.
+{
+  listed=0
+  for i in "${!dirs[@]}"; do
+    read -ra p <<<"${pkgs[$i]:-./...}"
+    go -C "${dirs[$i]}" list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{"\t"}}{{.Dir}}{{end}}' "${p[@]}" |
+      awk -v b="$(modbin "${dirs[$i]}")" 'NF { print $0 "\t" b }' || listed=1
+  done
+  exit "$listed"
+} |
   awk -F '\t' -v timed="$bin/durations" 'BEGIN { while ((getline l < timed) > 0) { split(l, f, "\t"); took[f[1]] = f[2] } }
     { print (($1 in took) ? took[$1] : 1e9) "\t" $0 }' |
   sort -t "$(printf '\t')" -k1,1gr | cut -f 2- |
   xargs -r -P "$jobs" -d '\n' -n 1 bash -c '
-    pkg=${0%%$'"'"'\t'"'"'*} dir=${0#*$'"'"'\t'"'"'}
+    IFS=$'"'"'\t'"'"' read -r pkg dir pkgbin <<<"$0"
     name=${pkg##*/}
     log="$logs/${pkg//\//_}"
     start=$(date +%s.%N)
     status=ok
-    (cd "$dir" && exec "$bin/$name.test" -test.v=true -test.count=1 -test.timeout=10m0s -test.paniconexit0) >"$log" 2>&1 || status=FAIL
+    (cd "$dir" && exec "$pkgbin/$name.test" -test.v=true -test.count=1 -test.timeout=10m0s -test.paniconexit0) >"$log" 2>&1 || status=FAIL
     took=$(awk -v a="$start" -v b="$(date +%s.%N)" "BEGIN { printf \"%.3fs\", b - a }")
     {
       flock 9 # one package'"'"'s lines together

@@ -94,7 +94,7 @@ func TestChartCopiesAreCurrent(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !same {
-			t.Errorf("%s is not a copy of %s: run go test ./deploy/helm -run TestChartCopiesAreCurrent -update", dst, src)
+			t.Errorf("%s is not a copy of %s: run go -C deploy test ./helm -run TestChartCopiesAreCurrent -update", dst, src)
 		}
 	}
 	copied := map[string]bool{}
@@ -104,7 +104,7 @@ func TestChartCopiesAreCurrent(t *testing.T) {
 	have, _ := filepath.Glob(filepath.Join(chartDir, "files", "dashboards", "*"))
 	for _, f := range have {
 		if !copied[f] {
-			t.Errorf("%s has no source in %s: run go test ./deploy/helm -run TestChartCopiesAreCurrent -update", f, dashboardsDir)
+			t.Errorf("%s has no source in %s: run go -C deploy test ./helm -run TestChartCopiesAreCurrent -update", f, dashboardsDir)
 		}
 	}
 }

@@ -59,7 +59,7 @@ func indent(text, prefix string) string {
 }
 
 const generatedHeader = `# Generated from %s by manifests_test.go: do not edit. After
-# changing it, run: go test ./deploy/kubernetes -run TestGeneratedManifests -update
+# changing it, run: go -C deploy test ./kubernetes -run TestGeneratedManifests -update
 #
 `
 
@@ -180,7 +180,7 @@ func TestGeneratedManifestsAreCurrent(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !bytes.Equal(got, want) {
-			t.Errorf("%s is stale: run go test ./deploy/kubernetes -run TestGeneratedManifests -update", file)
+			t.Errorf("%s is stale: run go -C deploy test ./kubernetes -run TestGeneratedManifests -update", file)
 		}
 	}
 }

@@ -180,7 +180,7 @@ func TestEveryAlertIsTestedFiringAndSilent(t *testing.T) {
 }
 
 const prometheusRuleHeader = `# Generated from rules.yml by rules_test.go: do not edit. After changing
-# rules.yml, run: go test ./deploy/prometheus -run TestPrometheusRule -update
+# rules.yml, run: go -C deploy test ./prometheus -run TestPrometheusRule -update
 #
 # The groups of rules.yml as a Prometheus Operator PrometheusRule. The
 # Prometheus resource's ruleSelector must match its labels: add yours (for
@@ -225,10 +225,10 @@ func TestPrometheusRuleMatchesRules(t *testing.T) {
 	}
 	got, err := os.ReadFile(prometheusRuleFile)
 	if err != nil {
-		t.Fatalf("%v: generate it with: go test ./deploy/prometheus -run TestPrometheusRule -update", err)
+		t.Fatalf("%v: generate it with: go -C deploy test ./prometheus -run TestPrometheusRule -update", err)
 	}
 	if !bytes.Equal(got, []byte(want)) {
-		t.Errorf("%s differs from %s wrapped in a PrometheusRule; regenerate it with: go test ./deploy/prometheus -run TestPrometheusRule -update", prometheusRuleFile, rulesFile)
+		t.Errorf("%s differs from %s wrapped in a PrometheusRule; regenerate it with: go -C deploy test ./prometheus -run TestPrometheusRule -update", prometheusRuleFile, rulesFile)
 	}
 }
 

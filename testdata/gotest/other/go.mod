@@ -1,0 +1,3 @@
+module example.invalid/gotestother
+
+go 1.26
