@@ -54,6 +54,4 @@ const (
 	// are still exported, so that a scrape sees their last values (an OOM
 	// raised just before the process exited).
 	DefaultOOMLinger = time.Minute
-	// defaultProcPath is where the server reads a peer's start time and uid.
-	defaultProcPath = "/proc"
 )

@@ -96,8 +96,8 @@ func (r *Row) Capacity(free uint64, freeKnown bool) (uint64, bool) {
 	return 0, false
 }
 
-// Lookup gives what the workload cache knows about a pid; workload.Resolver
-// implements it.
+// Lookup gives what the workload cache knows about a pid;
+// workload.ProcResolver and the other workload.Trackers implement it.
 type Lookup interface {
 	Lookup(pid uint32) (workload.Info, bool)
 }
@@ -457,12 +457,4 @@ func (v View) Device(uuid string) []Row {
 		j++
 	}
 	return v.Rows[i:j]
-}
-
-// TestRow is r as a join gives it for an allocator process started at
-// start. It exists for the tests of the join's readers (the forecaster),
-// which cannot set the unexported start themselves.
-func TestRow(r Row, start uint64) Row {
-	r.start = start
-	return r
 }
