@@ -46,8 +46,8 @@ func (s *Store) OnOOM(o OOMObserver) {
 }
 
 func (s *Store) notifyOOM(ev OOMEvent) {
-	for _, o := range s.oomObservers {
-		o.ObserveOOM(ev)
+	for _, observer := range s.oomObservers {
+		observer.ObserveOOM(ev)
 	}
 }
 

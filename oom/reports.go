@@ -96,6 +96,8 @@ func New(cfg Config) *Reports {
 	return r
 }
 
+var _ allocstats.OOMObserver = (*Reports)(nil)
+
 // queueLength bounds the OOM events waiting for their fresh reading.
 const queueLength = 64
 
