@@ -91,7 +91,7 @@ func TestSocketErrorsNameTheFlag(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := socketServer(o, allocstats.NewStore(time.Minute), nil, 0, log.NewNopLogger())
+	srv, err := socketServer(o, allocstats.NewStore(time.Minute), nil, log.NewNopLogger())
 	if err == nil {
 		srv.Close()
 		t.Fatalf("--allocstats.socket=%s: the server listened", missing)

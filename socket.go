@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"time"
 
 	"github.com/go-kit/log"
 	"github.com/prometheus/common/version"
@@ -13,7 +12,7 @@ import (
 
 // socketServer is the allocator stats server of the flags, reporting to
 // store and checking reported devices with knownDevice, listening.
-func socketServer(o *options, store *allocstats.Store, knownDevice func(string) (string, uint64, bool), warnBefore time.Duration, logger log.Logger) (*allocstats.Server, error) {
+func socketServer(o *options, store *allocstats.Store, knownDevice func(string) (string, uint64, bool), logger log.Logger) (*allocstats.Server, error) {
 	srv, err := allocstats.NewServer(allocstats.Config{
 		SocketPath:      o.socket,
 		SocketExplicit:  o.socketExplicit,
@@ -24,8 +23,8 @@ func socketServer(o *options, store *allocstats.Store, knownDevice func(string) 
 		IdleTimeout:     o.idleTimeout,
 		Interval:        o.pollInterval,
 		ServerVersion:   version.Version,
-		OOMVerdict:      true, // the OOM reports answer through OOMEvent.Reply
-		WarnBefore:      warnBefore,
+		OOMVerdict:      true,                 // the OOM reports answer through OOMEvent.ReplyTo (oom.VerdictReply)
+		WarnBefore:      max(o.warnBefore, 0), // the flag's 0: no warnings
 		KnownDevice:     knownDevice,
 		ProcPath:        o.procPath,
 

@@ -48,6 +48,10 @@ func (d *daemon) close() {
 	d.events.Stop()
 }
 
+// wire builds the daemon of the flags, a step each: the health listener,
+// the sources, the Events recorder, the join and its readers (newReaders
+// says an OOM's route), the socket server, the collectors, the goroutines
+// and the HTTP handlers. On an error it releases what it took.
 func wire(ctx context.Context, o *options, logger, bare log.Logger) (_ *daemon, err error) {
 	d := &daemon{}
 	defer func() {
@@ -65,7 +69,7 @@ func wire(ctx context.Context, o *options, logger, bare log.Logger) (_ *daemon, 
 		return nil, err
 	}
 	r := newReaders(o, d.src, d.events, logger)
-	srv, err := socketServer(o, d.src.store, d.src.poller.KnownDevice, max(o.warnBefore, 0), log.With(logger, "component", "allocstats"))
+	srv, err := socketServer(o, d.src.store, d.src.poller.KnownDevice, log.With(logger, "component", "allocstats"))
 	if err != nil {
 		return nil, err
 	}

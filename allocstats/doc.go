@@ -1,7 +1,8 @@
 // Package allocstats receives allocator statistics pushed by instrumented
 // processes (PyTorch, JAX, CuPy, …) over a Unix stream socket, keeps the
-// latest state per process and device in a Store, and records out-of-memory
-// reports.
+// latest state per process and device in a Store, and records
+// out-of-memory events: the Store hands each to its observers
+// (OOMObserver, the OOM reports) with the connection to answer (Replier).
 //
 // The wire protocol is specified in docs/protocol.md: one JSON object per
 // line, identity taken from SO_PEERCRED, never from the message. The data

@@ -49,7 +49,7 @@ type Config struct {
 	Interval         time.Duration // push interval advertised in welcome
 	ServerVersion    string        // advertised in welcome
 	// OOMVerdict is advertised in welcome: something answers OOM events
-	// through OOMEvent.Reply.
+	// through OOMEvent.ReplyTo.
 	OOMVerdict bool
 	// WarnBefore is advertised in welcome: something sends a warning
 	// message (Store.Send) when it foresees a process running out of
