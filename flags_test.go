@@ -102,3 +102,23 @@ func TestSocketErrorsNameTheFlag(t *testing.T) {
 		}
 	}
 }
+
+// Events on pods are on by default and off with --no-kubernetes.oom-events
+// (kubeevents.Start then starts nothing).
+func TestOOMEventsAreOnByDefault(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{
+		{nil, true},
+		{[]string{"--no-kubernetes.oom-events"}, false},
+	} {
+		o, err := parseFlags(kingpin.New("test", ""), tc.args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.oomEvents != tc.want {
+			t.Errorf("%v: oom events %v, want %v", tc.args, o.oomEvents, tc.want)
+		}
+	}
+}
