@@ -38,17 +38,22 @@ type OOMObserver interface {
 	ObserveOOM(ev OOMEvent)
 }
 
+// OOMObservers is an OOMObserver that hands each event to every one of
+// its own, in order: the store's.
+type OOMObservers []OOMObserver
+
+// ObserveOOM implements OOMObserver.
+func (os OOMObservers) ObserveOOM(ev OOMEvent) {
+	for _, o := range os {
+		o.ObserveOOM(ev)
+	}
+}
+
 // OnOOM adds o to the observers called, synchronously and without the
 // store's lock, after each oom message the store records (Session.OOM).
 // o must be fast. Add observers before the store is used.
 func (s *Store) OnOOM(o OOMObserver) {
 	s.oomObservers = append(s.oomObservers, o)
-}
-
-func (s *Store) notifyOOM(ev OOMEvent) {
-	for _, observer := range s.oomObservers {
-		observer.ObserveOOM(ev)
-	}
 }
 
 // oom records an oom message of a session bound to bound (nil: not bound
@@ -81,7 +86,7 @@ func (s *Store) oom(bound *procEntry, id Identity, m OOMMessage, now time.Time, 
 	ev := s.recordOOMLocked(e, m, now)
 	e.mu.Unlock()
 	ev.ReplyTo = replyTo
-	s.notifyOOM(ev)
+	s.oomObservers.ObserveOOM(ev)
 	return e, ev, nil
 }
 

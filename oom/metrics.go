@@ -49,7 +49,9 @@ func newMetrics() *metrics {
 }
 
 // Deliver implements ReportSink: it counts rep by its cause.
-func (m *metrics) Deliver(rep Report) { m.byCause.WithLabelValues(string(rep.Verdict.Cause)).Inc() }
+func (m *metrics) Deliver(rep Report) {
+	m.byCause.WithLabelValues(string(rep.Verdict.Cause)).Inc()
+}
 
 // drop counts an event that got no report, and why.
 func (m *metrics) drop(reason string) { m.dropped.WithLabelValues(reason).Inc() }

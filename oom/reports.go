@@ -164,7 +164,9 @@ func (r *Reports) deliver(rep Report) {
 // ObserveView remembers each process's context from a consistent reading
 // (see contexts); it is fed the join after every poll
 // (attribution.Follower).
-func (r *Reports) ObserveView(v attribution.View) { r.contexts.observe(v) }
+func (r *Reports) ObserveView(v attribution.View) {
+	r.contexts.observe(v)
+}
 
 // List returns the kept reports, newest first. The reports are shared and
 // must not be modified.
