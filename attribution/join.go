@@ -1,7 +1,9 @@
 // Package attribution is the one join of the exporter: NVML's processes on
 // each device, the allocator state that processes pushed over the socket,
-// and what /proc and Kubernetes say about each pid. Collectors, OOM reports
-// and the landing page all read its rows; none of them joins on its own.
+// and what /proc and Kubernetes say about each pid. Collectors, OOM reports,
+// the forecasts and the landing page all read its rows; none of them joins
+// on its own, and a row becomes what package diagnosis reads in one place
+// (diagnosis.go).
 package attribution
 
 import (
