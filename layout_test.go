@@ -78,7 +78,7 @@ func layoutViolation(pkg, dep string) string {
 	return ""
 }
 
-func TestPackagesFollowTheDataFlow(t *testing.T) {
+func TestLayersPlaceEveryPackageAndImportsFollowTheDataFlow(t *testing.T) {
 	t.Parallel()
 	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, "./...").CombinedOutput()
 	if err != nil {
