@@ -454,7 +454,7 @@ func TestOOMBlameAndInflation(t *testing.T) {
 	}
 }
 
-func TestOOMVerdictReachesTheProcessTheCountersAndTheHook(t *testing.T) {
+func TestOOMVerdictReachesTheProcessTheCountersAndTheSinks(t *testing.T) {
 	store, snap := oomFixture(t)
 	var logBuf bytes.Buffer
 	var hooked []Report
