@@ -91,7 +91,7 @@ func TestSocketErrorsNameTheFlag(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := socketServer(o, allocstats.NewStore(time.Minute), nil, 0, log.NewNopLogger())
+	srv, err := socketServer(o, allocstats.NewStore(time.Minute), nil, log.NewNopLogger())
 	if err == nil {
 		srv.Close()
 		t.Fatalf("--allocstats.socket=%s: the server listened", missing)
@@ -99,6 +99,26 @@ func TestSocketErrorsNameTheFlag(t *testing.T) {
 	for _, want := range []string{"--allocstats.socket=" + missing, "does not exist", "make that directory"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+}
+
+// Events on pods are on by default and off with --no-kubernetes.oom-events
+// (kubeevents.Start then starts nothing).
+func TestOOMEventsAreOnByDefault(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{
+		{nil, true},
+		{[]string{"--no-kubernetes.oom-events"}, false},
+	} {
+		o, err := parseFlags(kingpin.New("test", ""), tc.args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.oomEvents != tc.want {
+			t.Errorf("%v: oom events %v, want %v", tc.args, o.oomEvents, tc.want)
 		}
 	}
 }

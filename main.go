@@ -2,9 +2,12 @@
 // NVML's per-GPU and per-process usage joined with the allocator statistics
 // that instrumented processes push over a Unix socket, as Prometheus metrics.
 //
-// This file holds the wiring only: sources (nvmlpoll, allocstats,
-// workload, simulate) -> one join (attribution) -> collectors, OOM reports
-// (oom) and the landing page -> HTTP.
+// This file parses the flags and serves HTTP until a signal. wire.go wires
+// sources (nvmlpoll, allocstats, workload, simulate; sources.go) -> one
+// join (attribution) -> collectors, OOM reports (oom) and their outputs,
+// foresight and the landing page (readers.go) -> HTTP; backend.go chooses
+// the NVML library, filelimit.go fits the caps under the file limit, and
+// health.go serves /-/healthy and /-/ready.
 package main
 
 import (
@@ -18,38 +21,19 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/alecthomas/kingpin/v2"
 	"github.com/go-kit/log"
 	"github.com/go-kit/log/level"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
 	"github.com/prometheus/common/version"
 	"github.com/prometheus/exporter-toolkit/web"
 
-	"github.com/gpumem/gpumem_exporter/allocstats"
-	"github.com/gpumem/gpumem_exporter/attribution"
-	"github.com/gpumem/gpumem_exporter/collector"
-	"github.com/gpumem/gpumem_exporter/exposition"
-	"github.com/gpumem/gpumem_exporter/foresight"
 	"github.com/gpumem/gpumem_exporter/internal/authguard"
 	"github.com/gpumem/gpumem_exporter/internal/connshed"
-	"github.com/gpumem/gpumem_exporter/internal/fdbudget"
 	"github.com/gpumem/gpumem_exporter/internal/logging"
 	"github.com/gpumem/gpumem_exporter/internal/memtrim"
-	"github.com/gpumem/gpumem_exporter/internal/ratelog"
-	"github.com/gpumem/gpumem_exporter/landing"
-	"github.com/gpumem/gpumem_exporter/nvmlpoll"
-	"github.com/gpumem/gpumem_exporter/oom"
-	"github.com/gpumem/gpumem_exporter/simulate"
-	"github.com/gpumem/gpumem_exporter/workload"
-	"github.com/gpumem/gpumem_exporter/workload/podevents"
-	"github.com/gpumem/gpumem_exporter/workload/pods"
 )
 
 func init() {
@@ -122,15 +106,7 @@ func runExporter(o *options, logger, bare log.Logger) error {
 		}
 		errc <- web.ServeMultiple(listeners, server, o.webConfig, logging.Slog(bare, "web"))
 	}()
-	var health *http.Server
-	if d.healthListener != nil {
-		// Probes are a header and a line: every step has a short deadline,
-		// and the listener's cap of fdbudget.HealthMaxConnections sheds as the
-		// metrics listeners do.
-		health = &http.Server{Handler: d.health, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, IdleTimeout: 10 * time.Second}
-		connshed.Configure(health)
-		go func() { errc <- health.Serve(d.healthListener) }()
-	}
+	health := serveHealth(d, errc)
 	var runErr error
 	select {
 	case err := <-errc:
@@ -197,285 +173,6 @@ func closeAll(ls []net.Listener) {
 	}
 }
 
-// daemon is the wired exporter: poller, socket server, HTTP handlers.
-type daemon struct {
-	mux, health    http.Handler
-	healthListener net.Listener
-	wait           func()
-	close          func()
-}
-
-func wire(ctx context.Context, o *options, logger, bare log.Logger) (*daemon, error) {
-	var healthListener net.Listener
-	if o.healthAddress != "" {
-		l, err := connshed.Listen(o.healthAddress, fdbudget.HealthMaxConnections)
-		if err != nil {
-			return nil, fmt.Errorf("--web.health-address=%s: %w", o.healthAddress, err)
-		}
-		healthListener = l
-	}
-	closeHealth := func() {
-		if healthListener != nil {
-			healthListener.Close()
-		}
-	}
-
-	// Sources.
-	store := allocstats.NewStore(o.ttl)
-	store.SetProcessLimits(o.maxProcesses, o.maxProcessesPerUID)
-	store.SetLinger(o.oomLinger)
-	logging.RouteLibraryLogs(bare)
-	podWatch, err := pods.Start(ctx, pods.Config{Kubeconfig: o.kubeconfig, NodeName: o.nodeName}, log.With(logger, "component", "kubernetes"))
-	if err != nil {
-		closeHealth()
-		return nil, err
-	}
-	oomEvents, err := startOOMEvents(ctx, o.oomEvents && podWatch != nil, o.kubeconfig, o.nodeName, log.With(logger, "component", "kubernetes"))
-	if err != nil {
-		closeHealth()
-		return nil, err
-	}
-	var podLookup workload.PodLookup
-	var podHealth prometheus.Collector
-	if podWatch != nil {
-		podLookup, podHealth = podWatch, podWatch
-	}
-	resolver := workload.NewProcResolver(o.procPath, podLookup, log.With(logger, "component", "workload"))
-	resolver.SetMaxPidfds(o.pidfds)
-
-	b, err := newBackend(o, store, resolver, logger)
-	if err != nil {
-		closeHealth()
-		return nil, err
-	}
-	running := workload.Running(o.procPath, b.processes)
-	poller := nvmlpoll.NewPoller(nvmlpoll.Config{Lib: b.lib, Interval: o.pollInterval, ProcessRefresh: o.processRefresh, Logger: log.With(logger, "component", "nvml")})
-	poller.OnPoll(func(s *nvmlpoll.Snapshot) {
-		resolver.Refresh(attribution.PIDsToLabel(s, store.PIDs()))
-		store.Prune(time.Now(), running)
-		store.DropUnlisted(time.Now(), o.unlistedGrace, s.ListedOn(b.sees))
-	})
-	if o.releaseStartupPages {
-		// Once: by the end of the first poll NVML is initialised and every
-		// source has started; what start-up alone touched can go.
-		var once sync.Once
-		poller.OnPoll(func(*nvmlpoll.Snapshot) {
-			once.Do(func() { go giveBackStartupMemory(logger) })
-		})
-	}
-
-	// The one join, and what reads it.
-	// Memory labels the processes that exited, which the store keeps for
-	// --allocstats.oom-linger, as they were labelled while they ran.
-	warnBefore := o.warnBefore
-	if warnBefore == 0 {
-		warnBefore = -1 // the flag's 0: no warnings
-	}
-	forecaster := foresight.New(foresight.Config{WarnBefore: warnBefore, Clients: store, Logger: log.With(logger, "component", "foresight")})
-	join := attribution.Sources{NVML: poller, Allocator: store, Workload: b.processes, SettleLabels: true, Memory: attribution.NewMemory(),
-		Node: workload.NodeName(o.nodeName), Forecasts: forecaster}
-	reports := oom.New(oom.Config{Capacity: o.oomReports, Sources: join, Fresh: poller.Fresh, Trends: forecaster, Logger: log.With(logger, "component", "oom"),
-		OnReport: func(rep oom.Report) {
-			oomEvents.OOM(podevents.PodRef{Namespace: rep.Namespace, Name: rep.Pod, UID: rep.PodUID}, rep.Sentence())
-		}})
-	store.OnOOM(reports.Record)
-	store.OnSample(forecaster)
-	poller.OnPoll(attribution.NewFollower(join, forecaster, reports).Observe)
-
-	srv, err := socketServer(o, store, poller.KnownDevice, max(o.warnBefore, 0), log.With(logger, "component", "allocstats"))
-	if err != nil {
-		closeHealth()
-		return nil, err
-	}
-	level.Info(logger).Log("msg", "allocator stats socket ready; point clients at it with GPUMEM_SOCKET", "socket", srv.SocketPath())
-
-	exp, err := collector.New(collector.Sources{
-		Join:             join,
-		NVMLHealth:       poller,
-		AllocstatsHealth: srv,
-		KubernetesHealth: podHealth,
-	}, logger)
-	if err != nil {
-		srv.Close()
-		closeHealth()
-		return nil, err
-	}
-	level.Info(logger).Log("msg", "enabled collectors", "collectors", strings.Join(collector.Enabled(), ","))
-	// One registry for what client_golang collects (build info, the
-	// exporter's own Go and process metrics, ...). The collectors' series
-	// are written straight to the text format (exposition); only a
-	// protobuf scrape gathers them through client_golang.
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(versioncollector.NewCollector(exporterName), ratelog.Default, reports, forecaster)
-	if !o.disableExporterMetrics {
-		reg.MustRegister(collectors.NewGoCollector(), exposition.NewProcessCollector())
-	}
-
-	done := make(chan struct{}, 3)
-	go func() { poller.Run(ctx); done <- struct{}{} }()
-	go func() { reports.Run(ctx); done <- struct{}{} }()
-	go func() {
-		if err := srv.Serve(ctx); err != nil {
-			level.Error(logger).Log("msg", "allocator stats socket stopped", "err", err)
-		}
-		done <- struct{}{}
-	}()
-
-	healthMux := healthHandler(poller, srv)
-	mux := http.NewServeMux()
-	mux.Handle(o.metricsPath, exposition.NewHandler(exp, reg, exposition.Options{
-		ErrorLog:            logging.PromHTTP{Logger: logger},
-		MaxRequestsInFlight: 10,
-		Fallback:            prometheus.Gatherers{reg, exp.Gatherer()},
-	}))
-	mux.Handle("/-/", healthMux)
-	if debugHandlers != nil {
-		debugHandlers(mux)
-	}
-	mux.Handle("/api/v1/oom-reports", reports)
-	mux.Handle("/", landing.New(landing.Config{
-		Name:        exporterName,
-		Version:     version.Version,
-		Revision:    version.Revision,
-		MetricsPath: o.metricsPath,
-		Backend:     o.nvmlBackend,
-		Socket:      srv.SocketPath(),
-		Sources:     join,
-		NVMLUp:      poller.Up,
-		Reports:     reports,
-	}))
-	return &daemon{
-		mux:            mux,
-		health:         healthMux,
-		healthListener: healthListener,
-		wait:           func() { <-done; <-done; <-done },
-		// After wait: the poller, the resolver's only caller, has stopped.
-		close: func() { closeHealth(); resolver.Close(); oomEvents.Stop() },
-	}, nil
-}
-
 // debugHandlers adds handlers for profiling; set only in a build with
 // -tags pprof (pprof_build.go).
 var debugHandlers func(*http.ServeMux)
-
-// socketServer is the allocator stats server of the flags, reporting to
-// store and checking reported devices with knownDevice, listening.
-func socketServer(o *options, store *allocstats.Store, knownDevice func(string) (string, uint64, bool), warnBefore time.Duration, logger log.Logger) (*allocstats.Server, error) {
-	srv, err := allocstats.NewServer(allocstats.Config{
-		SocketPath:      o.socket,
-		SocketExplicit:  o.socketExplicit,
-		SocketMode:      os.FileMode(o.socketMode),
-		MaxMessageBytes: o.maxMessageBytes,
-		MaxConnections:  o.maxConnections,
-		MaxDevices:      o.maxDevices,
-		IdleTimeout:     o.idleTimeout,
-		Interval:        o.pollInterval,
-		ServerVersion:   version.Version,
-		OOMVerdict:      true, // the OOM reports answer through OOMEvent.Reply
-		WarnBefore:      warnBefore,
-		KnownDevice:     knownDevice,
-		ProcPath:        o.procPath,
-
-		MaxConnectionsPerUID: o.maxConnectionsPerUID,
-		MaxBufferedBytes:     o.maxBufferedBytes,
-	}, store, logger)
-	if err != nil {
-		return nil, err
-	}
-	if err := srv.Listen(); err != nil {
-		if o.socketExplicit {
-			return nil, fmt.Errorf("--allocstats.socket=%s: %w; make that directory (writable by this user), or leave the flag out for the default", o.socket, err)
-		}
-		return nil, fmt.Errorf("%w; give --allocstats.socket a path in a directory this user can write", err)
-	}
-	return srv, nil
-}
-
-// healthHandler serves /-/healthy and /-/ready.
-func healthHandler(p *nvmlpoll.Poller, srv *allocstats.Server) *http.ServeMux {
-	mux := http.NewServeMux()
-	mux.HandleFunc("/-/healthy", func(w http.ResponseWriter, _ *http.Request) {
-		fmt.Fprintln(w, "Healthy.")
-	})
-	mux.HandleFunc("/-/ready", func(w http.ResponseWriter, _ *http.Request) {
-		if ok, why := readiness(p, srv); !ok {
-			http.Error(w, "Not ready: "+why, http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "Ready.")
-	})
-	return mux
-}
-
-// readiness says whether /-/ready is green: the socket is in place and NVML
-// has been polled successfully.
-func readiness(p *nvmlpoll.Poller, srv *allocstats.Server) (bool, string) {
-	if !srv.SocketReady() {
-		return false, "The allocator stats socket file vanished and cannot be recreated (see the log)."
-	}
-	if p.Ready() {
-		return true, ""
-	}
-	if p.Polled() {
-		return false, "NVML was polled but the poll failed (is the NVIDIA driver loaded? see gpumem_nvml_errors_total)."
-	}
-	return false, "NVML has not been polled yet."
-}
-
-// backend is what --nvml.backend chooses: the NVML library, what names
-// processes and tells whether they run, and which pids the library can
-// list.
-type backend struct {
-	lib       nvml.Interface
-	processes workload.Tracker
-	sees      func(pid uint32) bool // nil: every pid
-}
-
-// newBackend is the one place that chooses between a real GPU and the
-// simulated node. The simulated node is an NVML library whose polls
-// advance it; its processes report their allocator state to store as
-// instrumented processes do, each through a session of its own that stays
-// open while it runs, so that the TTL, the linger (once Prune, asking the
-// node, finds a process gone) and the unlisted grace apply to them as to
-// any client. Each reports under a uid of its own (the load scenario's,
-// under its slot's), so that the per-uid process cap of the flags holds
-// the node unchanged (128 processes at 16 per GPU, twice the per-uid
-// default); the store's process cap is raised by the most processes the
-// node runs at once, so that its live processes leave real clients and
-// those that exited the room --allocstats.max-processes gives them. The
-// node names and tracks its own processes before the resolver, and its
-// NVML lists only them.
-func newBackend(o *options, store *allocstats.Store, resolver *workload.ProcResolver, logger log.Logger) (backend, error) {
-	if o.nvmlBackend != "simulated" {
-		return backend{lib: &hintingNVML{Interface: nvml.New(), logger: log.With(logger, "component", "nvml")}, processes: resolver}, nil
-	}
-	sim, err := simulate.New(simulate.Config{Scenario: o.simScenario, ProcessesPerGPU: o.simProcesses, Seed: o.simSeed, Speed: o.simSpeed, Open: simulate.Sessions(store)})
-	if err != nil {
-		return backend{}, err
-	}
-	store.SetProcessLimits(o.maxProcesses+sim.MaxProcesses(), o.maxProcessesPerUID)
-	level.Info(logger).Log("msg", "using the simulated NVML backend: 8 scripted H200 GPUs", "scenario", sim.Scenario(), "seed", o.simSeed, "speed", o.simSpeed)
-	return backend{lib: sim.Advancing(), processes: workload.Trackers{sim, resolver}, sees: sim.Sees}, nil
-}
-
-// fitFileLimit fits the connection caps under the open file limit
-// (internal/fdbudget) and gives the resolver what they leave.
-func fitFileLimit(o *options, logger log.Logger) error {
-	listeners := 1
-	if o.webConfig != nil && o.webConfig.WebListenAddresses != nil {
-		listeners = max(1, len(*o.webConfig.WebListenAddresses))
-	}
-	c := fdbudget.Caps{
-		SocketConnections: o.maxConnections, SocketConnectionsPerUID: o.maxConnectionsPerUID,
-		WebConnections: o.webMaxConnections, WebListeners: listeners, MaxPidfds: workload.MaxPidfds,
-	}
-	if o.healthAddress != "" {
-		c.HealthConnections = fdbudget.HealthMaxConnections
-	}
-	c, err := fdbudget.Fit(c, logger)
-	if err != nil {
-		return err
-	}
-	o.maxConnections, o.maxConnectionsPerUID, o.pidfds = c.SocketConnections, c.SocketConnectionsPerUID, c.Pidfds
-	return nil
-}

@@ -97,7 +97,7 @@ func (s *Server) handle(cs *connState, acceptedAt time.Duration) {
 		session:     s.store.Open(p.id, s.cfg.MaxDevices),
 		lastMessage: time.Now(),
 	}
-	conn.session.Listen(conn.reply) // the daemon's warnings
+	conn.session.Listen(conn) // the daemon's warnings
 	level.Debug(conn.logger).Log("msg", "allocstats connection opened", "start_time", p.id.StartTime)
 	err = conn.serve()
 	var ec *errClose
@@ -219,11 +219,11 @@ func (cn *connection) handleLine(line []byte) error {
 		msg.OOM.UUID = canonical
 		msg.OOM.LimitBytes = clampOptional(msg.OOM.LimitBytes, total)
 		msg.OOM.FreeBytes = clampOptional(msg.OOM.FreeBytes, total)
-		var reply func([]byte)
+		var replyTo Replier
 		if !cn.draining {
-			reply = cn.reply
+			replyTo = cn
 		}
-		_, err = cn.session.OOM(msg.OOM, now, reply)
+		_, err = cn.session.OOM(msg.OOM, now, replyTo)
 		err = cn.track(err)
 	}
 	if err != nil {
@@ -342,9 +342,10 @@ func (cn *connection) write(line []byte) error {
 	return err
 }
 
-// reply sends a line back to the process (an OOM's verdict, a warning). A
-// process that no longer reads, or has exited, simply does not get it.
-func (cn *connection) reply(line []byte) {
+// Reply implements Replier: it sends a line back to the process (an OOM's
+// verdict, a warning). A process that no longer reads, or has exited,
+// simply does not get it.
+func (cn *connection) Reply(line []byte) {
 	if len(line) == 0 || len(line) > cn.s.cfg.MaxMessageBytes || line[len(line)-1] != '\n' {
 		return
 	}

@@ -1,7 +1,8 @@
 // Package allocstats receives allocator statistics pushed by instrumented
 // processes (PyTorch, JAX, CuPy, …) over a Unix stream socket, keeps the
-// latest state per process and device in a Store, and records out-of-memory
-// reports.
+// latest state per process and device in a Store, and records
+// out-of-memory events: the Store hands each to its observers
+// (OOMObserver, the OOM reports) with the connection to answer (Replier).
 //
 // The wire protocol is specified in docs/protocol.md: one JSON object per
 // line, identity taken from SO_PEERCRED, never from the message. The data
@@ -55,6 +56,4 @@ const (
 	// are still exported, so that a scrape sees their last values (an OOM
 	// raised just before the process exited).
 	DefaultOOMLinger = time.Minute
-	// defaultProcPath is where the server reads a peer's start time and uid.
-	defaultProcPath = "/proc"
 )

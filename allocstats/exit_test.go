@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/gpumem/gpumem_exporter/allocstats/wire"
+	"github.com/gpumem/gpumem_exporter/internal/defaults"
 	"io/fs"
 	"net"
 	"os"
@@ -64,7 +65,7 @@ func TestLinesWrittenRightBeforeExitAreAllApplied(t *testing.T) {
 	go func() {
 		defer pruning.Done()
 		alive := func(pid uint32, start uint64) bool {
-			info, err := readProcInfo(defaultProcPath, pid)
+			info, err := readProcInfo(defaults.ProcPath, pid)
 			if errors.Is(err, fs.ErrNotExist) {
 				return false
 			}

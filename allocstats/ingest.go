@@ -3,11 +3,11 @@ package allocstats
 // A session's hello and stats messages, applied to its entry.
 
 import (
-	"math"
 	"sort"
 	"time"
 
 	"github.com/gpumem/gpumem_exporter/allocstats/wire"
+	"github.com/gpumem/gpumem_exporter/internal/satmath"
 )
 
 // counterState turns a client counter that may reset into one that never
@@ -21,18 +21,11 @@ type counterState struct {
 
 func (c *counterState) update(raw uint64) uint64 {
 	if c.seen && raw < c.lastRaw {
-		c.base = addSat(c.base, c.lastRaw)
+		c.base = satmath.Add(c.base, c.lastRaw)
 	}
 	c.seen = true
 	c.lastRaw = raw
-	return addSat(c.base, raw)
-}
-
-func addSat(a, b uint64) uint64 {
-	if a > math.MaxUint64-b {
-		return math.MaxUint64
-	}
-	return a + b
+	return satmath.Add(c.base, raw)
 }
 
 // hello records a hello message of a session bound to bound (nil: not

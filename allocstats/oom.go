@@ -1,6 +1,7 @@
 package allocstats
 
-// Out-of-memory events: recorded in the store and handed to its hooks.
+// Out-of-memory events: recorded in the store and handed to its
+// observers (OOMObserver), each with the client to answer (Replier).
 
 import "time"
 
@@ -18,28 +19,46 @@ type OOMEvent struct {
 	// oom message came: a client sends its stats at the failure just
 	// before it, so these are the figures at the failure.
 	Stats DeviceStats
-	// Reply, when set, sends one line back to the process (the daemon's
-	// verdict); it never blocks for long and may fail silently.
-	Reply func(line []byte)
+	// ReplyTo, when set, is the client that sent the oom message: the
+	// daemon's verdict goes back to it.
+	ReplyTo Replier
 }
 
-// OnOOM adds f to the functions called, synchronously and without the
-// store's lock, after each oom message the store records (Session.OOM).
-// f must be fast. Add hooks before the store is
-// used.
-func (s *Store) OnOOM(f func(OOMEvent)) {
-	s.oomHooks = append(s.oomHooks, f)
+// Replier takes the daemon's messages to one client (a verdict, a
+// warning), a protocol line each, newline included. Reply never blocks
+// for long and may fail silently. A connection of the socket server is
+// one.
+type Replier interface {
+	Reply(line []byte)
 }
 
-func (s *Store) notifyOOM(ev OOMEvent) {
-	for _, f := range s.oomHooks {
-		f(ev)
+// OOMObserver takes every out-of-memory event the store records
+// (oom.Reports, which builds the report and answers the client).
+type OOMObserver interface {
+	ObserveOOM(ev OOMEvent)
+}
+
+// OOMObservers is an OOMObserver that hands each event to every one of
+// its own, in order: the store's.
+type OOMObservers []OOMObserver
+
+// ObserveOOM implements OOMObserver.
+func (os OOMObservers) ObserveOOM(ev OOMEvent) {
+	for _, o := range os {
+		o.ObserveOOM(ev)
 	}
+}
+
+// OnOOM adds o to the observers called, synchronously and without the
+// store's lock, after each oom message the store records (Session.OOM).
+// o must be fast. Add observers before the store is used.
+func (s *Store) OnOOM(o OOMObserver) {
+	s.oomObservers = append(s.oomObservers, o)
 }
 
 // oom records an oom message of a session bound to bound (nil: not bound
 // yet).
-func (s *Store) oom(bound *procEntry, id Identity, m OOMMessage, now time.Time, maxDevices int, reply func([]byte)) (*procEntry, OOMEvent, error) {
+func (s *Store) oom(bound *procEntry, id Identity, m OOMMessage, now time.Time, maxDevices int, replyTo Replier) (*procEntry, OOMEvent, error) {
 	devices := []DeviceReport{{UUID: m.UUID}}
 	e := bound
 	if e != nil {
@@ -66,8 +85,8 @@ func (s *Store) oom(bound *procEntry, id Identity, m OOMMessage, now time.Time, 
 	}
 	ev := s.recordOOMLocked(e, m, now)
 	e.mu.Unlock()
-	ev.Reply = reply
-	s.notifyOOM(ev)
+	ev.ReplyTo = replyTo
+	s.oomObservers.ObserveOOM(ev)
 	return e, ev, nil
 }
 

@@ -193,7 +193,7 @@ func TestServerAppliesTheLinesAnExitedProcessQueued(t *testing.T) {
 	}}
 	var ooms atomic.Int32
 	ts := startServer(t, nil, fakePeers(p), func(s *Server) {
-		s.store.OnOOM(func(OOMEvent) { ooms.Add(1) })
+		s.store.OnOOM(observeOOM(func(OOMEvent) { ooms.Add(1) }))
 	})
 	c := dial(t, ts.path)
 	c.send(statsLine(testUUID, 1, ""))
@@ -387,7 +387,7 @@ func TestALazyDeadlineNeverClosesAnActiveConnection(t *testing.T) {
 
 func TestByteCountsAreClampedToTheDevicesMemory(t *testing.T) {
 	events := make(chan OOMEvent, 1)
-	ts := startServer(t, nil, func(s *Server) { s.store.OnOOM(func(ev OOMEvent) { events <- ev }) })
+	ts := startServer(t, nil, func(s *Server) { s.store.OnOOM(observeOOM(func(ev OOMEvent) { events <- ev })) })
 	c := dial(t, ts.path)
 	const huge = "18446744073709551615"
 	c.send(fmt.Sprintf(`{"v":1,"type":"stats","devices":[{"uuid":%q,"reserved_bytes":%s,"active_bytes":%s,"peak_reserved_bytes":%s,"limit_bytes":%s,"alloc_retries":%s}]}`,

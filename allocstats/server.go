@@ -15,6 +15,7 @@ import (
 	"github.com/go-kit/log/level"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gpumem/gpumem_exporter/internal/defaults"
 	"github.com/gpumem/gpumem_exporter/internal/ratelog"
 	"github.com/gpumem/gpumem_exporter/internal/tick"
 )
@@ -48,7 +49,7 @@ type Config struct {
 	Interval         time.Duration // push interval advertised in welcome
 	ServerVersion    string        // advertised in welcome
 	// OOMVerdict is advertised in welcome: something answers OOM events
-	// through OOMEvent.Reply.
+	// through OOMEvent.ReplyTo.
 	OOMVerdict bool
 	// WarnBefore is advertised in welcome: something sends a warning
 	// message (Store.Send) when it foresees a process running out of
@@ -96,7 +97,7 @@ func (c *Config) setDefaults() error {
 		c.ServerVersion = "unknown"
 	}
 	if c.ProcPath == "" {
-		c.ProcPath = defaultProcPath
+		c.ProcPath = defaults.ProcPath
 	}
 	switch {
 	case c.MaxMessageBytes < 64:
@@ -139,7 +140,11 @@ type Server struct {
 	warnMessage, warnRefused, warnLimit, warnAccept, warnSocket *ratelog.Limiter
 
 	// identify says who is at the other end of a connection: identifyPeer,
-	// from the kernel's peer credentials and ProcPath.
+	// from the kernel's peer credentials and ProcPath, and nothing else in
+	// the daemon. It stays a field for the tests alone, as connectingUID
+	// does: a test process is one peer to the kernel, and the tests of the
+	// per-uid caps, of a thousand concurrent clients and of a peer without
+	// credentials need many peers, or one the kernel never gives.
 	identify func(c kernelConn, acceptedAt time.Duration) (*peer, error)
 	// connectingUID is the uid the kernel recorded for a connection's
 	// peer (kernelUID), read at accept for the global cap's share.

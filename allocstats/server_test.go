@@ -314,7 +314,7 @@ func TestServerSkipsBadLinesAndKeepsTheConnection(t *testing.T) {
 
 func TestServerRejectsUnknownDevices(t *testing.T) {
 	var oomCalls atomic.Int32
-	ts := startServer(t, nil, func(s *Server) { s.store.OnOOM(func(OOMEvent) { oomCalls.Add(1) }) })
+	ts := startServer(t, nil, func(s *Server) { s.store.OnOOM(observeOOM(func(OOMEvent) { oomCalls.Add(1) })) })
 	c := dial(t, ts.path)
 	c.send(
 		`{"v":1,"type":"stats","devices":[{"uuid":"`+testUUID+`","reserved_bytes":1},{"uuid":"`+unknownUUID+`","reserved_bytes":1}]}`,
@@ -349,7 +349,7 @@ func TestServerCanonicalisesUUIDsThroughNVML(t *testing.T) {
 
 func TestServerOOMReachesStoreAndCallback(t *testing.T) {
 	events := make(chan OOMEvent, 1)
-	ts := startServer(t, nil, func(s *Server) { s.store.OnOOM(func(ev OOMEvent) { events <- ev }) })
+	ts := startServer(t, nil, func(s *Server) { s.store.OnOOM(observeOOM(func(ev OOMEvent) { events <- ev })) })
 	c := dial(t, ts.path)
 	c.send(`{"v":1,"type":"oom","uuid":"` + testUUIDBare + `","requested_bytes":960495616,"limit_bytes":4294967296,"pid":1}`)
 	select {
@@ -368,14 +368,14 @@ func TestServerOOMReachesStoreAndCallback(t *testing.T) {
 
 func TestServerOOMCarriesTheStatsAtTheFailureAndAnswersOnTheConnection(t *testing.T) {
 	ts := startServer(t, func(c *Config) { c.OOMVerdict = true }, func(s *Server) {
-		s.store.OnOOM(func(ev OOMEvent) {
+		s.store.OnOOM(observeOOM(func(ev OOMEvent) {
 			if ev.Stats.Reserved != 4096 || ev.Stats.Active != Some(1024) {
-				ev.Reply([]byte(`{"v":1,"type":"verdict","cause":"wrong-stats"}` + "\n"))
+				ev.ReplyTo.Reply([]byte(`{"v":1,"type":"verdict","cause":"wrong-stats"}` + "\n"))
 				return
 			}
-			ev.Reply([]byte("not a line")) // no newline: not sent
-			ev.Reply([]byte(`{"v":1,"type":"verdict","cause":"limit"}` + "\n"))
-		})
+			ev.ReplyTo.Reply([]byte("not a line")) // no newline: not sent
+			ev.ReplyTo.Reply([]byte(`{"v":1,"type":"verdict","cause":"limit"}` + "\n"))
+		}))
 	})
 	c := dial(t, ts.path)
 	c.send(`{"v":1,"type":"hello"}`)

@@ -38,9 +38,9 @@ type Session struct {
 	maxDevices int
 	entry      *procEntry // nil before the first accepted message
 	closed     bool
-	// listen, when set, takes the daemon's messages to the client
+	// listener, when set, takes the daemon's messages to the client
 	// (Store.Send): set before the first message.
-	listen func(line []byte)
+	listener Replier
 }
 
 // Open starts a session of the process id, whose reports may name at most
@@ -78,20 +78,21 @@ func (ss *Session) Stats(devices []DeviceReport, now time.Time) error {
 }
 
 // OOM records an oom message received at now and hands the event to the
-// store's OnOOM hooks; reply, if not nil, goes with it (OOMEvent.Reply).
-func (ss *Session) OOM(m OOMMessage, now time.Time, reply func(line []byte)) (OOMEvent, error) {
+// store's OOM observers; replyTo, if not nil, goes with it (the client
+// that the verdict answers, OOMEvent.ReplyTo).
+func (ss *Session) OOM(m OOMMessage, now time.Time, replyTo Replier) (OOMEvent, error) {
 	if ss.closed {
 		return OOMEvent{}, errSessionClosed
 	}
-	e, ev, err := ss.store.oom(ss.entry, ss.id, m, now, ss.maxDevices, reply)
+	e, ev, err := ss.store.oom(ss.entry, ss.id, m, now, ss.maxDevices, replyTo)
 	return ev, ss.bind(e, err)
 }
 
-// Listen makes f the way the daemon's messages reach this session's
+// Listen makes r the way the daemon's messages reach this session's
 // client (a warning, Store.Send), from the session's first accepted
-// message until Close. f must not block for long; it is called from the
-// sender's goroutine. Call it before the session's first message.
-func (ss *Session) Listen(f func(line []byte)) { ss.listen = f }
+// message until Close. r is called from the sender's goroutine. Call it
+// before the session's first message.
+func (ss *Session) Listen(r Replier) { ss.listener = r }
 
 // Close ends the session: the client went away at now. The process stays
 // connected while another of its sessions is open; after the last one,
@@ -114,7 +115,7 @@ func (ss *Session) bind(e *procEntry, err error) error {
 	}
 	ss.unlisten()
 	ss.entry = e
-	if ss.listen != nil && e != nil {
+	if ss.listener != nil && e != nil {
 		e.mu.Lock()
 		e.listeners = append(e.listeners, ss)
 		e.mu.Unlock()
@@ -125,7 +126,7 @@ func (ss *Session) bind(e *procEntry, err error) error {
 // unlisten takes the session out of its entry's listeners.
 func (ss *Session) unlisten() {
 	e := ss.entry
-	if e == nil || ss.listen == nil {
+	if e == nil || ss.listener == nil {
 		return
 	}
 	e.mu.Lock()
@@ -153,13 +154,13 @@ func (s *Store) Send(pid uint32, start uint64, line []byte) int {
 		return 0
 	}
 	e.mu.Lock()
-	fs := make([]func([]byte), 0, len(e.listeners))
+	rs := make([]Replier, 0, len(e.listeners))
 	for _, l := range e.listeners {
-		fs = append(fs, l.listen)
+		rs = append(rs, l.listener)
 	}
 	e.mu.Unlock()
-	for _, f := range fs {
-		f(line)
+	for _, r := range rs {
+		r.Reply(line)
 	}
-	return len(fs)
+	return len(rs)
 }

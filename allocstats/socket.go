@@ -10,15 +10,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gpumem/gpumem_exporter/allocstats/wire"
 	"golang.org/x/sys/unix"
 )
 
 // maxSocketPathLen is the longest path a Unix socket address holds
 // (sun_path is 108 bytes with its terminating NUL).
 const maxSocketPathLen = 107
-
-// socketFileName is the socket's name in the fallback directories.
-const socketFileName = "allocstats.sock"
 
 // resolveSocketPath decides where the socket goes. explicit says the user
 // gave path: its directory must then exist and be writable (it is never
@@ -47,14 +45,14 @@ func resolveSocketPath(explicit bool, path, xdgRuntimeDir, tmpDir string, uid in
 	}
 	errs := []error{err}
 	if xdgRuntimeDir != "" && filepath.IsAbs(xdgRuntimeDir) {
-		p := filepath.Join(xdgRuntimeDir, "gpumem", socketFileName)
+		p := filepath.Join(xdgRuntimeDir, "gpumem", wire.SocketName)
 		err := checkSocketDir(p, dirPolicy{create: 0o700, owner: uid})
 		if err == nil {
 			return p, nil
 		}
 		errs = append(errs, err)
 	}
-	p := filepath.Join(tmpDir, fmt.Sprintf("gpumem-%d", uid), socketFileName)
+	p := filepath.Join(tmpDir, fmt.Sprintf("gpumem-%d", uid), wire.SocketName)
 	if err := checkSocketDir(p, dirPolicy{create: 0o755, owner: uid}); err != nil {
 		errs = append(errs, err)
 		return "", fmt.Errorf("no usable directory for the allocstats socket: %w", errors.Join(errs...))

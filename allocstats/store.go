@@ -113,7 +113,7 @@ type Store struct {
 	nGone      int
 	gonePerUID map[uint32]int
 
-	oomHooks        []func(OOMEvent) // set before use, read without the lock
+	oomObservers    OOMObservers     // set before use, read without the lock
 	sampleObservers []SampleObserver // likewise
 
 	// linger is how long an exited process stays in gone.

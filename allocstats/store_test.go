@@ -343,7 +343,7 @@ func TestAnExitedProcessKeepsItsQueuedLinesUntilItsConnectionCloses(t *testing.T
 	s := NewStore(time.Minute)
 	s.SetProcessLimits(1, 1)
 	var events []OOMEvent
-	s.OnOOM(func(ev OOMEvent) { events = append(events, ev) })
+	s.OnOOM(observeOOM(func(ev OOMEvent) { events = append(events, ev) }))
 	old := Identity{PID: 42, UID: 1000, StartTime: 100}
 	e := mustStats(t, s, nil, old, t0, DeviceReport{UUID: testUUID, Reserved: 1, OOMs: Some(1)})
 

@@ -1,7 +1,9 @@
 // Package attribution is the one join of the exporter: NVML's processes on
 // each device, the allocator state that processes pushed over the socket,
-// and what /proc and Kubernetes say about each pid. Collectors, OOM reports
-// and the landing page all read its rows; none of them joins on its own.
+// and what /proc and Kubernetes say about each pid. Collectors, OOM reports,
+// the forecasts and the landing page all read its rows; none of them joins
+// on its own, and a row becomes what package diagnosis reads in one place
+// (diagnosis.go).
 package attribution
 
 import (
@@ -96,8 +98,8 @@ func (r *Row) Capacity(free uint64, freeKnown bool) (uint64, bool) {
 	return 0, false
 }
 
-// Lookup gives what the workload cache knows about a pid; workload.Resolver
-// implements it.
+// Lookup gives what the workload cache knows about a pid;
+// workload.ProcResolver and the other workload.Trackers implement it.
 type Lookup interface {
 	Lookup(pid uint32) (workload.Info, bool)
 }
@@ -457,12 +459,4 @@ func (v View) Device(uuid string) []Row {
 		j++
 	}
 	return v.Rows[i:j]
-}
-
-// TestRow is r as a join gives it for an allocator process started at
-// start. It exists for the tests of the join's readers (the forecaster),
-// which cannot set the unexported start themselves.
-func TestRow(r Row, start uint64) Row {
-	r.start = start
-	return r
 }

@@ -55,10 +55,8 @@ var (
 
 type mockNode = mocknode.Node
 
-// fakeResolver is a workload.Resolver over a fixed map.
+// fakeResolver names processes from a fixed map (an attribution.Lookup).
 type fakeResolver map[uint32]workload.Info
-
-func (r fakeResolver) Refresh([]uint32) {}
 
 func (r fakeResolver) Lookup(pid uint32) (workload.Info, bool) {
 	in, ok := r[pid]
@@ -95,7 +93,7 @@ func newPoller(t testing.TB, lib gonvml.Interface) *nvmlpoll.Poller {
 }
 
 // sources wires a poller, a store and a resolver as main does.
-func sources(p *nvmlpoll.Poller, store *allocstats.Store, r workload.Resolver) Sources {
+func sources(p *nvmlpoll.Poller, store *allocstats.Store, r attribution.Lookup) Sources {
 	src := Sources{Join: attribution.Sources{NVML: p}, NVMLHealth: p}
 	if store != nil {
 		src.Join.Allocator = store

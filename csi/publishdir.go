@@ -175,17 +175,12 @@ func InstallClients(src, publishDir string) error {
 		return fmt.Errorf("copying the client from %s: %w", src, err)
 	}
 	dst := filepath.Join(publishDir, ClientsDir)
-	beforeSwap(tmp, dst)
 	if err := swapInto(tmp, dst); err != nil {
 		return fmt.Errorf("installing the client at %s: %w", dst, err)
 	}
 	ok = true
 	return nil
 }
-
-// beforeSwap is a test hook: it runs with the complete new copy, before it
-// replaces the old one.
-var beforeSwap = func(tmp, dst string) {}
 
 // swapInto puts the directory tmp at dst, atomically where the kernel can.
 // tmp is gone afterwards (it may have held the old dst).

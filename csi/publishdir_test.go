@@ -1,12 +1,15 @@
 package csi
 
 import (
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 )
@@ -253,9 +256,9 @@ func TestInstallClientsCopiesTheTreeReadableByAll(t *testing.T) {
 	}
 }
 
-// Each install replaces the whole tree in one rename; the hook runs just
-// before it and sees the old client complete at its place and the new one
-// complete beside it.
+// Each install replaces the whole tree in one rename: a pod reading the
+// client while it is replaced, from the directory it opened, finds the
+// old client or the new one complete, never a part of each.
 func TestInstallClientsSwapsWholeTrees(t *testing.T) {
 	publish := t.TempDir()
 	dst := filepath.Join(publish, ClientsDir)
@@ -281,25 +284,56 @@ func TestInstallClientsSwapsWholeTrees(t *testing.T) {
 		}
 		return true
 	}
-
-	var hookCalls int
-	installed := ""
-	beforeSwap = func(tmp, d string) {
-		hookCalls++
-		if d != dst {
-			t.Errorf("swap into %s, want %s", d, dst)
-		}
-		if installed != "" && !sameTree(tree(t, dst), wantTree(installed)) {
-			t.Errorf("before the swap %s holds %v, want client %s complete", dst, tree(t, dst), installed)
-		}
+	if err := InstallClients(srcs["1"], publish); err != nil {
+		t.Fatal(err)
 	}
-	t.Cleanup(func() { beforeSwap = func(string, string) {} })
 
-	for _, v := range []string{"1", "2", "1", "2"} {
+	// A pod: it opens the client's directory and reads its files from
+	// there. A read that fails (the old tree being removed) is retried; a
+	// complete read must be one version.
+	stop := make(chan struct{})
+	mixed := make(chan string, 1)
+	var reads atomic.Int64
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			root, err := os.OpenRoot(dst)
+			if err != nil {
+				continue
+			}
+			got := map[string]string{}
+			for name := range wantTree("1") {
+				b, err := root.ReadFile(name)
+				if err != nil {
+					break
+				}
+				got[name] = string(b)
+			}
+			root.Close()
+			if len(got) < 3 {
+				continue
+			}
+			reads.Add(1)
+			if !sameTree(got, wantTree("1")) && !sameTree(got, wantTree("2")) {
+				select {
+				case mixed <- fmt.Sprint(got):
+				default:
+				}
+			}
+		}
+	}()
+	for i := 0; i < 200; i++ {
+		v := []string{"2", "1"}[i%2]
 		if err := InstallClients(srcs[v], publish); err != nil {
 			t.Fatalf("install %s: %v", v, err)
 		}
-		installed = v
 		if got := tree(t, dst); !sameTree(got, wantTree(v)) {
 			t.Fatalf("after installing %s: %v", v, got)
 		}
@@ -307,8 +341,15 @@ func TestInstallClientsSwapsWholeTrees(t *testing.T) {
 			t.Fatalf("after installing %s the publish dir holds %v, want only %s", v, names, ClientsDir)
 		}
 	}
-	if hookCalls != 4 {
-		t.Fatalf("swap hook ran %d times, want 4", hookCalls)
+	close(stop)
+	wg.Wait()
+	select {
+	case m := <-mixed:
+		t.Fatalf("a reader found parts of two clients: %s", m)
+	default:
+	}
+	if reads.Load() == 0 {
+		t.Fatal("the reader never read the client complete")
 	}
 }
 

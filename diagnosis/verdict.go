@@ -83,9 +83,9 @@ func (p *Process) Inactive() (uint64, bool) {
 	return *p.Reserved - *p.Active, true
 }
 
-// footprint is what the process holds on the device: NVML's used, or its
+// Footprint is what the process holds on the device: NVML's used, or its
 // allocator's reserved where NVML's figure is missing or lags.
-func (p *Process) footprint() uint64 {
+func (p *Process) Footprint() uint64 {
 	var f uint64
 	if p.Used != nil {
 		f = *p.Used
@@ -238,7 +238,7 @@ func derive(in Input) facts {
 		o := &in.Others[i]
 		f.others.n++
 		f.nProcs++
-		f.others.used += o.footprint()
+		f.others.used += o.Footprint()
 		if v, ok := o.Inactive(); ok {
 			f.others.inactive += v
 		}
@@ -488,7 +488,7 @@ func holders(others []Process) []Holder {
 	for i := range others {
 		ps = append(ps, &others[i])
 	}
-	sort.SliceStable(ps, func(i, j int) bool { return ps[i].footprint() > ps[j].footprint() })
+	sort.SliceStable(ps, func(i, j int) bool { return ps[i].Footprint() > ps[j].Footprint() })
 	for _, p := range ps {
 		h := Holder{PID: p.PID, Comm: p.Comm, Namespace: p.Namespace, Pod: p.Pod, Container: p.Container,
 			Used: p.Used, Context: p.Context, Active: p.Active}

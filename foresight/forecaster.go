@@ -125,11 +125,6 @@ func (f *Forecaster) Describe(ch chan<- *prometheus.Desc) { f.sent.Describe(ch) 
 // Collect implements prometheus.Collector.
 func (f *Forecaster) Collect(ch chan<- prometheus.Metric) { f.sent.Collect(ch) }
 
-// key is the trend's key of a row.
-func key(r *attribution.Row) diagnosis.Key {
-	return diagnosis.Key{PID: r.PID, Start: r.AllocStart(), UUID: r.UUID}
-}
-
 // ObserveSample implements allocstats.SampleObserver: the history of
 // active memory is made of every sample a client pushed, at its own time.
 func (f *Forecaster) ObserveSample(pid uint32, start uint64, uuid string, at time.Time, active uint64) {
@@ -160,7 +155,7 @@ func (f *Forecaster) ObserveView(v attribution.View) {
 		if r.Alloc == nil || r.Exited || !r.Alloc.Active.OK {
 			continue
 		}
-		k := key(r)
+		k := r.DiagnosisKey()
 		f.seen[k] = now
 		at := r.Alloc.SampledAt
 		if at.IsZero() {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpumem/gpumem_exporter/allocstats"
+	"github.com/gpumem/gpumem_exporter/allocstats/allocstatstest"
 	"github.com/gpumem/gpumem_exporter/attribution"
 	"github.com/gpumem/gpumem_exporter/nvmlpoll"
 )
@@ -44,17 +45,21 @@ func runOOMs(t *testing.T, cl *clients, d time.Duration, limit uint64, f, ooms f
 	t.Helper()
 	fc := New(Config{Clients: cl})
 	fc.deliver = fc.send // synchronous: the test reads what went out
+	store := allocstats.NewStore(time.Hour)
+	snap := &nvmlpoll.Snapshot{Devices: []nvmlpoll.Device{{UUID: uuid, HasMemory: true, Memory: nvmlpoll.Memory{Total: 140 * gib, Free: 100 * gib}}}}
+	join := attribution.Sources{NVML: fixedSnapshot{snap}, Allocator: store}
 	t0 := time.Unix(1_800_000_000, 0)
 	var out []sent
 	for s := 0; s < int(d.Seconds()); s++ {
 		at := t0.Add(time.Duration(s) * time.Second)
 		active := f(s)
 		fc.ObserveSample(100, 7, uuid, at, active)
-		st := allocstats.DeviceStats{UUID: uuid, HasStats: true, Reserved: active, Active: allocstats.Some(active), Limit: allocstats.Some(limit), SampledAt: at, OOMs: allocstats.Some(ooms(s))}
-		snap := &nvmlpoll.Snapshot{Devices: []nvmlpoll.Device{{UUID: uuid, HasMemory: true, Memory: nvmlpoll.Memory{Total: 140 * gib, Free: 100 * gib}}}}
-		row := attribution.Row{GPU: "0", UUID: uuid, PID: 100, Alloc: &st}
+		report := allocstats.DeviceReport{UUID: uuid, Reserved: active, Active: allocstats.Some(active), Limit: allocstats.Some(limit), OOMs: allocstats.Some(ooms(s)), At: at}
+		if err := allocstatstest.Report(store, allocstats.Identity{PID: 100, UID: 1000, StartTime: 7}, "", []allocstats.DeviceReport{report}, at); err != nil {
+			t.Fatal(err)
+		}
 		n := len(cl.lines)
-		fc.ObserveView(attribution.View{Snapshot: snap, Rows: []attribution.Row{rowWithStart(row)}})
+		fc.ObserveView(join.Read())
 		for _, l := range cl.lines[n:] {
 			var w map[string]any
 			if err := json.Unmarshal(l, &w); err != nil {
@@ -71,10 +76,10 @@ type sent struct {
 	msg map[string]any
 }
 
-// rowWithStart is row as the join gives it for the process started at 7.
-func rowWithStart(r attribution.Row) attribution.Row {
-	return attribution.TestRow(r, 7)
-}
+// fixedSnapshot is an NVML source that always reads the same snapshot.
+type fixedSnapshot struct{ s *nvmlpoll.Snapshot }
+
+func (f fixedSnapshot) Snapshot() *nvmlpoll.Snapshot { return f.s }
 
 func TestALeakIsWarnedOnceWithAnEstimateNearTheTruth(t *testing.T) {
 	cl := &clients{}

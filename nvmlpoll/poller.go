@@ -224,7 +224,7 @@ func (p *Poller) Run(ctx context.Context) {
 				} else {
 					level.Debug(p.logger).Log("msg", "NVML still unavailable", "err", err, "retry_in", backoff)
 				}
-				if !sleep(ctx, backoff) {
+				if !sleep(ctx, backoff, nil) {
 					return
 				}
 				backoff = min(backoff*2, p.cfg.InitBackoffMax)
@@ -240,25 +240,11 @@ func (p *Poller) Run(ctx context.Context) {
 			level.Warn(p.logger).Log("msg", "NVML poll failed", "err", err)
 		}
 		// On the grid of the interval (tick.Next), which the allocator
-		// socket's check shares: one wake-up for both.
-		if !p.wait(ctx, tick.Next(time.Now(), p.cfg.Interval)) {
+		// socket's check shares: one wake-up for both; sooner when Fresh
+		// asks for a poll.
+		if !sleep(ctx, tick.Next(time.Now(), p.cfg.Interval), p.kick) {
 			return
 		}
-	}
-}
-
-// wait sleeps until the next regular poll, or less when Fresh asks for
-// one; false when ctx ends.
-func (p *Poller) wait(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	case <-p.kick:
-		return true
 	}
 }
 
@@ -293,13 +279,17 @@ func (p *Poller) Fresh(ctx context.Context) (*Snapshot, error) {
 	return p.Snapshot(), nil
 }
 
-func sleep(ctx context.Context, d time.Duration) bool {
+// sleep waits d, or less when wake (nil: never) has a value; false when
+// ctx ends first.
+func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return false
 	case <-t.C:
+		return true
+	case <-wake:
 		return true
 	}
 }

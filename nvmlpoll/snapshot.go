@@ -77,9 +77,6 @@ type Process struct {
 // GPULabel is the value of the gpu label: the NVML index of the physical GPU.
 func (d *Device) GPULabel() string { return strconv.Itoa(d.Index) }
 
-// IsMIG reports whether the device is a MIG instance.
-func (d *Device) IsMIG() bool { return d.ParentUUID != "" }
-
 // ExportsMemory reports whether memory and process series are exported for
 // the device. A physical GPU in MIG mode does not: its memory and processes
 // are exported per MIG instance, so that sum() never counts them twice.

@@ -109,7 +109,7 @@ func TestOOMReportDescribesTheWholeDevice(t *testing.T) {
 	store, snap := oomFixture(t)
 	var logBuf bytes.Buffer
 	reports := New(Config{Capacity: 4, Sources: sources(snap, store), Logger: log.NewLogfmtLogger(&logBuf)})
-	reports.Record(mustReportOOM(t, store, 100, allocstats.OOMMessage{UUID: testUUID, RequestedBytes: 916 * mib, LimitBytes: allocstats.Some(4096 * mib)}))
+	reports.ObserveOOM(mustReportOOM(t, store, 100, allocstats.OOMMessage{UUID: testUUID, RequestedBytes: 916 * mib, LimitBytes: allocstats.Some(4096 * mib)}))
 
 	list := reports.List()
 	if len(list) != 1 {
@@ -165,7 +165,7 @@ func TestOOMReportDescribesTheWholeDevice(t *testing.T) {
 func TestOOMReportWithoutNVMLKnowledge(t *testing.T) {
 	store := allocstats.NewStore(time.Minute)
 	reports := New(Config{Capacity: 0, Sources: sources(nil, store), Logger: nil})
-	reports.Record(mustReportOOM(t, store, 7, allocstats.OOMMessage{UUID: testUUID, RequestedBytes: 5}))
+	reports.ObserveOOM(mustReportOOM(t, store, 7, allocstats.OOMMessage{UUID: testUUID, RequestedBytes: 5}))
 	got := reports.List()[0]
 	if got.GPU != "" || got.DeviceMemory != nil || got.Totals.UnattributedBytes != nil || len(got.Processes) != 0 {
 		t.Errorf("report without a snapshot and without stats: %+v", got)
@@ -178,7 +178,7 @@ func TestOOMReportWithoutNVMLKnowledge(t *testing.T) {
 func TestOOMReportsKeepTheNewestInARing(t *testing.T) {
 	reports := New(Config{Capacity: 2, Logger: nil})
 	for i := uint64(1); i <= 3; i++ {
-		reports.Record(allocstats.OOMEvent{Time: t0, PID: uint32(i), UUID: testUUID, Requested: i})
+		reports.ObserveOOM(allocstats.OOMEvent{Time: t0, PID: uint32(i), UUID: testUUID, Requested: i})
 		if n := len(reports.List()); n != int(min(i, 2)) {
 			t.Fatalf("after %d reports List has %d", i, n)
 		}
@@ -199,7 +199,7 @@ func TestOOMReportsHTTP(t *testing.T) {
 	if rec := get(http.MethodGet); rec.Code != 200 || rec.Body.String() != `{"reports":[]}`+"\n" || rec.Header().Get("Content-Type") != "application/json" {
 		t.Errorf("empty: %d %q %q", rec.Code, rec.Header().Get("Content-Type"), rec.Body.String())
 	}
-	reports.Record(allocstats.OOMEvent{Time: t0, PID: 9, UUID: testUUID, Requested: 1, Free: allocstats.Some(2)})
+	reports.ObserveOOM(allocstats.OOMEvent{Time: t0, PID: 9, UUID: testUUID, Requested: 1, Free: allocstats.Some(2)})
 	rec := get(http.MethodGet)
 	var body struct {
 		Reports []map[string]any `json:"reports"`
@@ -233,7 +233,7 @@ func TestOOMLoggingIsRateLimited(t *testing.T) {
 	})
 	reports := New(Config{Capacity: 2, Logger: logger})
 	for i := 0; i < 100; i++ { // 100 processes of 100 users: no report is over a rate
-		reports.Record(allocstats.OOMEvent{Time: t0, PID: uint32(i), UID: uint32(i), UUID: testUUID})
+		reports.ObserveOOM(allocstats.OOMEvent{Time: t0, PID: uint32(i), UID: uint32(i), UUID: testUUID})
 	}
 	if warns != 10 {
 		t.Errorf("100 OOMs at once logged %d warnings, want the burst of 10", warns)
@@ -263,7 +263,7 @@ func TestOOMReportRanksByTheLargerOfUsedAndReserved(t *testing.T) {
 	store := allocstats.NewStore(time.Minute)
 	mustReport(t, store, 100, allocstats.DeviceReport{UUID: testUUID, Reserved: 3666 * mib, Active: allocstats.Some(3664 * mib)})
 	reports := New(Config{Capacity: 1, Sources: sources(snap, store), Logger: log.NewNopLogger()})
-	reports.Record(mustReportOOM(t, store, 100, allocstats.OOMMessage{UUID: testUUID, RequestedBytes: 916 * mib}))
+	reports.ObserveOOM(mustReportOOM(t, store, 100, allocstats.OOMMessage{UUID: testUUID, RequestedBytes: 916 * mib}))
 	got := reports.List()[0].Processes
 	if len(got) != 2 || got[0].PID != 100 || got[0].ContextBytes != nil {
 		t.Errorf("processes = %+v; want pid 100 (3666 MiB reserved) first, and no context while NVML's used is older than its reserved", got)
@@ -303,7 +303,7 @@ func TestOOMReportUsesAFreshReadingAndTheLastConsistentContext(t *testing.T) {
 	go func() { reports.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
 	waitUntil(t, "Run to start", reports.active.Load)
-	reports.Record(mustReportOOM(t, store, 100, allocstats.OOMMessage{UUID: testUUID, RequestedBytes: 916 * mib}))
+	reports.ObserveOOM(mustReportOOM(t, store, 100, allocstats.OOMMessage{UUID: testUUID, RequestedBytes: 916 * mib}))
 	waitUntil(t, "the report", func() bool { return len(reports.List()) == 1 })
 
 	rep := reports.List()[0]
@@ -339,7 +339,7 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 func dropped(t *testing.T, r *Reports, reason string) float64 {
 	t.Helper()
 	var m dto.Metric
-	if err := r.dropped.WithLabelValues(reason).Write(&m); err != nil {
+	if err := r.metrics.dropped.WithLabelValues(reason).Write(&m); err != nil {
 		t.Fatal(err)
 	}
 	return m.GetCounter().GetValue()
@@ -348,7 +348,7 @@ func dropped(t *testing.T, r *Reports, reason string) float64 {
 func TestOOMReportsAreRateLimitedPerProcessAndPerUID(t *testing.T) {
 	reports := New(Config{Capacity: 32, Logger: log.NewNopLogger()})
 	at := func(d time.Duration, pid, uid uint32) {
-		reports.Record(allocstats.OOMEvent{Time: t0.Add(d), PID: pid, UID: uid, StartTime: 1, UUID: testUUID})
+		reports.ObserveOOM(allocstats.OOMEvent{Time: t0.Add(d), PID: pid, UID: uid, StartTime: 1, UUID: testUUID})
 	}
 	// One process in a loop: one report per PIDReportInterval.
 	for i := 0; i < 50; i++ {
@@ -384,9 +384,9 @@ func TestOOMReportsAreRateLimitedPerProcessAndPerUID(t *testing.T) {
 // replaces its own reports, not the victim's.
 func TestOOMFloodDoesNotEraseOtherUsersReports(t *testing.T) {
 	reports := New(Config{Capacity: 8, Logger: log.NewNopLogger()})
-	reports.Record(allocstats.OOMEvent{Time: t0, PID: 1, UID: 1000, StartTime: 1, UUID: testUUID, Requested: 42})
+	reports.ObserveOOM(allocstats.OOMEvent{Time: t0, PID: 1, UID: 1000, StartTime: 1, UUID: testUUID, Requested: 42})
 	for i := 0; i < 1000; i++ { // an hour of one report per 4 s, past every rate
-		reports.Record(allocstats.OOMEvent{Time: t0.Add(time.Duration(i) * 10 * time.Second), PID: uint32(10 + i), UID: 65534, StartTime: 1, UUID: testUUID})
+		reports.ObserveOOM(allocstats.OOMEvent{Time: t0.Add(time.Duration(i) * 10 * time.Second), PID: uint32(10 + i), UID: 65534, StartTime: 1, UUID: testUUID})
 	}
 	count := func() (victim, attacker int) {
 		for _, r := range reports.List() {
@@ -403,7 +403,7 @@ func TestOOMFloodDoesNotEraseOtherUsersReports(t *testing.T) {
 		t.Errorf("reports kept: victim %d (want 1), attacker %d (want the other 7)", victim, attacker)
 	}
 	// The victim's next report replaces one of the flood's, not its first.
-	reports.Record(allocstats.OOMEvent{Time: t0.Add(time.Hour), PID: 2, UID: 1000, StartTime: 1, UUID: testUUID})
+	reports.ObserveOOM(allocstats.OOMEvent{Time: t0.Add(time.Hour), PID: 2, UID: 1000, StartTime: 1, UUID: testUUID})
 	if victim, attacker := count(); victim != 2 || attacker != 6 {
 		t.Errorf("after another victim report: victim %d (want 2), attacker %d (want 6)", victim, attacker)
 	}
@@ -427,7 +427,7 @@ func TestOOMBlameAndInflation(t *testing.T) {
 	mustReport(t, store, 99, allocstats.DeviceReport{UUID: testUUID, Reserved: 5 * mib})
 	var logBuf bytes.Buffer
 	reports := New(Config{Capacity: 2, Sources: sources(snap, store), Logger: log.NewLogfmtLogger(&logBuf)})
-	reports.Record(mustReportOOM(t, store, 99, allocstats.OOMMessage{UUID: testUUID, RequestedBytes: 1}))
+	reports.ObserveOOM(mustReportOOM(t, store, 99, allocstats.OOMMessage{UUID: testUUID, RequestedBytes: 1}))
 	rep := reports.List()[0]
 	if top := rep.Processes[0]; top.PID != 1 {
 		t.Errorf("top holder = pid %d, want pid 1 (the largest NVML lists), not the claim of pid 666", top.PID)
@@ -454,20 +454,20 @@ func TestOOMBlameAndInflation(t *testing.T) {
 	}
 }
 
-func TestOOMVerdictReachesTheProcessTheCountersAndTheHook(t *testing.T) {
+func TestOOMVerdictReachesTheProcessTheCountersAndTheSinks(t *testing.T) {
 	store, snap := oomFixture(t)
 	var logBuf bytes.Buffer
 	var hooked []Report
 	reports := New(Config{Capacity: 4, Sources: sources(snap, store), Logger: log.NewLogfmtLogger(&logBuf),
-		OnReport: func(r Report) { hooked = append(hooked, r) }})
+		Sinks: []ReportSink{collectReports{&hooked}}})
 	// At the failure: 3800 MiB reserved under a 4096 MiB limit, 916 MiB
 	// asked for, the GPU nearly empty.
 	mustReport(t, store, 100, allocstats.DeviceReport{UUID: testUUID, Reserved: 3800 * mib, Active: allocstats.Some(3700 * mib), Limit: allocstats.Some(4096 * mib)})
 	ev := mustReportOOM(t, store, 100, allocstats.OOMMessage{UUID: testUUID, RequestedBytes: 916 * mib, LimitBytes: allocstats.Some(4096 * mib), FreeBytes: allocstats.Some(130000 * mib)})
 	var answered [][]byte
-	ev.Reply = func(line []byte) { answered = append(answered, line) }
+	ev.ReplyTo = collectLines{&answered}
 	ev.Time = time.Now() // the info metric names reports of the last minutes
-	reports.Record(ev)
+	reports.ObserveOOM(ev)
 
 	got := reports.List()[0].Verdict
 	if got.Cause != diagnosis.Limit || !strings.Contains(got.Summary, "limit of 4.00 GiB") {
@@ -481,7 +481,7 @@ func TestOOMVerdictReachesTheProcessTheCountersAndTheHook(t *testing.T) {
 		t.Errorf("answer %q (%v): want one verdict line with the cause and summary", answered[0], err)
 	}
 	if len(hooked) != 1 || hooked[0].Verdict.Cause != diagnosis.Limit {
-		t.Errorf("OnReport got %d reports, want the one with its verdict", len(hooked))
+		t.Errorf("the sink got %d reports, want the one with its verdict", len(hooked))
 	}
 	if !strings.Contains(logBuf.String(), "cause=limit") {
 		t.Errorf("log line %q does not say the cause", logBuf.String())
@@ -523,7 +523,7 @@ func TestOOMVerdictReadsTheTrendObservedBefore(t *testing.T) {
 	if !ev.Stats.SampledAt.Equal(last) {
 		t.Fatalf("the OOM's stats were sampled at %v, want %v (the report's own time)", ev.Stats.SampledAt, last)
 	}
-	reports.Record(ev)
+	reports.ObserveOOM(ev)
 	v := reports.List()[0].Verdict
 	if v.Cause != diagnosis.Leak || v.Figures["trend_seconds"] < 100 {
 		t.Errorf("verdict %+v: want a leak, from the two minutes of trend", v)
@@ -567,7 +567,7 @@ func TestOOMVerdictTellsOnlyAListedProcessAboutItsNeighbours(t *testing.T) {
 			store, snap := oomFixture(t)
 			snap.Devices[1].Memory.Free = tt.nvmlFree
 			reports := New(Config{Capacity: 4, Sources: sources(snap, store)})
-			reports.Record(mustReportOOM(t, store, tt.pid, allocstats.OOMMessage{UUID: testUUID, RequestedBytes: 916 * mib, FreeBytes: allocstats.Some(tt.free)}))
+			reports.ObserveOOM(mustReportOOM(t, store, tt.pid, allocstats.OOMMessage{UUID: testUUID, RequestedBytes: 916 * mib, FreeBytes: allocstats.Some(tt.free)}))
 			rep := reports.List()[0]
 			v := rep.Verdict
 			text := v.Summary + " " + v.Remedy + " " + rep.Sentence()
@@ -592,3 +592,14 @@ type historyTrends struct{ *diagnosis.History }
 func (h *historyTrends) Forecast(diagnosis.Key) (diagnosis.Forecast, bool) {
 	return diagnosis.Forecast{Climb: diagnosis.Climb{Cause: diagnosis.Leak, Rate: 64 * mib, At: t0.Add(-time.Second)}, ETA: 42 * time.Second}, true
 }
+
+// collectReports is a ReportSink that keeps what it is given.
+type collectReports struct{ got *[]Report }
+
+func (c collectReports) Deliver(rep Report) { *c.got = append(*c.got, rep) }
+
+// collectLines is a client's connection that keeps the lines it is sent
+// (allocstats.Replier).
+type collectLines struct{ got *[][]byte }
+
+func (c collectLines) Reply(line []byte) { *c.got = append(*c.got, line) }

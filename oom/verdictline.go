@@ -28,6 +28,21 @@ type verdictMessage struct {
 // most three holders, so it stays far below.
 const maxVerdictLine = 64 << 10
 
+// VerdictReply answers the process that reported the OOM with its
+// verdict, on the connection that sent the oom message (a ReportSink; a
+// report without that connection gets nothing).
+type VerdictReply struct{}
+
+// Deliver implements ReportSink.
+func (VerdictReply) Deliver(rep Report) {
+	if rep.replyTo == nil {
+		return
+	}
+	if line, err := VerdictLine(rep); err == nil {
+		rep.replyTo.Reply(line)
+	}
+}
+
 // VerdictLine is rep's verdict as one protocol line, newline included.
 func VerdictLine(rep Report) ([]byte, error) {
 	b, err := json.Marshal(verdictMessage{

@@ -67,9 +67,9 @@ var UUIDs = [8]string{
 type Session interface {
 	Hello(h allocstats.Hello) error
 	Stats(devices []allocstats.DeviceReport, now time.Time) error
-	OOM(m allocstats.OOMMessage, now time.Time, reply func(line []byte)) (allocstats.OOMEvent, error)
+	OOM(m allocstats.OOMMessage, now time.Time, replyTo allocstats.Replier) (allocstats.OOMEvent, error)
 	Close(now time.Time)
-	Listen(f func(line []byte))
+	Listen(r allocstats.Replier)
 }
 
 // Sessions returns what Config.Open takes for store: each simulated
@@ -396,6 +396,13 @@ func (n *Node) report(st state, sampled, now time.Time) {
 	}
 }
 
+// scriptedClient is a simulated process's end of the daemon's messages:
+// it takes them and reads none.
+type scriptedClient struct{}
+
+// Reply implements allocstats.Replier.
+func (scriptedClient) Reply([]byte) {}
+
 // session returns the open session of the process pid started at start,
 // opening it, with the client's hello, at the process's first report (and
 // closing an earlier holder's of the pid); nil when the store refuses it.
@@ -410,7 +417,7 @@ func (n *Node) session(pid int, start uint64, uid uint32, now time.Time) Session
 	s := n.cfg.Open(allocstats.Identity{PID: uint32(pid), UID: uid, StartTime: start})
 	// A simulated client takes the daemon's warnings as a real one does
 	// (and, being a script, goes on as it would have).
-	s.Listen(func([]byte) {})
+	s.Listen(scriptedClient{})
 	if err := s.Hello(allocstats.Hello{Framework: "pytorch"}); err != nil {
 		s.Close(now)
 		return nil

@@ -248,14 +248,14 @@ func (r recordedSession) Stats(d []allocstats.DeviceReport, _ time.Time) error {
 	return nil
 }
 
-func (r recordedSession) OOM(m allocstats.OOMMessage, now time.Time, _ func([]byte)) (allocstats.OOMEvent, error) {
+func (r recordedSession) OOM(m allocstats.OOMMessage, now time.Time, _ allocstats.Replier) (allocstats.OOMEvent, error) {
 	r.add(sessionEvent{kind: "oom", oom: m})
 	return allocstats.OOMEvent{PID: r.id.PID, UUID: m.UUID, Time: now}, nil
 }
 
 func (r recordedSession) Close(time.Time) { r.add(sessionEvent{kind: "exit"}) }
 
-func (r recordedSession) Listen(func([]byte)) {}
+func (r recordedSession) Listen(allocstats.Replier) {}
 
 // A Step of a minute of simulated time (Speed 60 at one poll a second)
 // reports what a client pushing once a second would have: a sample of

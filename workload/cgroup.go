@@ -219,7 +219,7 @@ func kubeletLayout(comps []string) (podUID, containerID string, ok bool) {
 			return "", "", false
 		}
 		rest, ok := strings.CutPrefix(comps[i], "pod")
-		if !ok || !IsPodUID(rest) {
+		if !ok || !isPodUID(rest) {
 			return "", "", false
 		}
 		return rest, containerBelow(comps[i+1:]), true
@@ -318,7 +318,7 @@ func podUIDFromComponent(comp string) (string, bool) {
 	// systemd reserves "-" as the slice hierarchy separator, so the kubelet
 	// writes the UID's dashes as underscores.
 	uid := strings.ReplaceAll(name[i+len("-pod"):], "_", "-")
-	return uid, IsPodUID(uid)
+	return uid, isPodUID(uid)
 }
 
 // runtimePrefixes are the names that container runtimes put before a
@@ -348,7 +348,7 @@ func containerIDFromComponent(comp string) (string, bool) {
 			return "", false
 		}
 	}
-	if len(id) < 32 || len(id) > 64 || !isLowerHex(id) {
+	if !isContainerID(id) {
 		return "", false
 	}
 	return id, true
@@ -363,15 +363,15 @@ func isKnownRuntime(prefix string) bool {
 	return false
 }
 
-// IsContainerID reports whether s has the form ParseCgroup gives a
+// isContainerID reports whether s has the form ParseCgroup gives a
 // container ID: 32 to 64 lowercase hex digits.
-func IsContainerID(s string) bool {
+func isContainerID(s string) bool {
 	return len(s) >= 32 && len(s) <= 64 && isLowerHex(s)
 }
 
-// IsPodUID reports whether s has the form ParseCgroup gives a pod UID: a
+// isPodUID reports whether s has the form ParseCgroup gives a pod UID: a
 // lowercase dashed UUID or 32 lowercase hex digits.
-func IsPodUID(s string) bool {
+func isPodUID(s string) bool {
 	return isUUID(s) || (len(s) == 32 && isLowerHex(s))
 }
 

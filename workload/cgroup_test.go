@@ -205,10 +205,10 @@ func FuzzParseCgroup(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, content string) {
 		got := ParseCgroup(content)
-		if got.ContainerID != "" && !IsContainerID(got.ContainerID) {
+		if got.ContainerID != "" && !isContainerID(got.ContainerID) {
 			t.Errorf("container ID %q is not 32 to 64 lowercase hex digits", got.ContainerID)
 		}
-		if got.PodUID != "" && !IsPodUID(got.PodUID) {
+		if got.PodUID != "" && !isPodUID(got.PodUID) {
 			t.Errorf("pod UID %q is neither a UUID nor a static pod hash", got.PodUID)
 		}
 		if got.SlurmJobID != "" && (!isDigits(got.SlurmJobID) || len(got.SlurmJobID) > 20) {

@@ -18,7 +18,7 @@ const MaxCachedProcesses = 65536
 // process it watches); processes past it are checked through /proc.
 const MaxPidfds = 1024
 
-// ProcResolver is a Resolver that reads /proc under procPath and names
+// ProcResolver names processes (a Tracker) from /proc under procPath and names
 // Kubernetes pods and containers through a PodLookup.
 //
 // Refresh runs in one goroutine (the poller); Lookup may run in any number
@@ -59,7 +59,7 @@ type cacheEntry struct {
 	pidfd int
 }
 
-var _ Resolver = (*ProcResolver)(nil)
+var _ Tracker = (*ProcResolver)(nil)
 
 // NewProcResolver returns a resolver reading procPath (/proc, or /host/proc
 // in a container). pods may be nil: no Kubernetes names then.
@@ -88,13 +88,6 @@ func (r *ProcResolver) SetMaxPidfds(n int) {
 	r.maxFDs = max(n, 0)
 }
 
-// Watching reports whether the resolver watches processes through pidfds.
-func (r *ProcResolver) Watching() bool {
-	r.refreshMu.Lock()
-	defer r.refreshMu.Unlock()
-	return r.watch && r.maxFDs > 0
-}
-
 // Close releases the pidfds and forgets every process. A Refresh after it
 // (a poll still running while the daemon shuts down) reads /proc as a
 // resolver without pidfds does.
@@ -111,7 +104,8 @@ func (r *ProcResolver) Close() {
 	r.watch = false
 }
 
-// Refresh implements Resolver. It reads /proc/<pid>/stat of each pid that
+// Refresh is called once per poll, off the scrape path, with every pid
+// the exporter currently exports, and forgets the pids not in it. It reads /proc/<pid>/stat of each pid that
 // has no pidfd or whose pidfd says it exited, and comm, status and cgroup
 // only for pids that are new or were reused.
 func (r *ProcResolver) Refresh(pids []uint32) {
@@ -289,7 +283,7 @@ func (r *ProcResolver) logReadError(pid uint32, what string, err error, repeated
 	level.Warn(r.logger).Log("msg", "process not resolved", "pid", pid, "read", what, "err", err)
 }
 
-// Lookup implements Resolver. ok reports whether pid was in the last
+// Lookup returns the cached Info of pid; it never reads /proc. ok reports whether pid was in the last
 // Refresh; a pid whose /proc entry could not be read then has an Info with
 // only PID set. Pod, namespace and container names come from the
 // PodLookup at lookup time, so they appear as soon as it knows them.

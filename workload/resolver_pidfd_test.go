@@ -117,7 +117,7 @@ func watchingResolver(t *testing.T) (*ProcResolver, *mirroredProc) {
 	m := newMirroredProc(t)
 	r := NewProcResolver(m.dir, nil, nil)
 	t.Cleanup(r.Close)
-	if !r.Watching() {
+	if !watching(r) {
 		t.Skip("no pidfds here")
 	}
 	return r, m
@@ -221,8 +221,8 @@ func TestRefreshBoundsPidfds(t *testing.T) {
 	}
 	r.Refresh([]uint32{a})
 	r.Close()
-	if _, ok := r.Lookup(a); ok || r.openFDs != 0 || r.Watching() {
-		t.Errorf("after Close: Lookup found %d, %d pidfds held, watching %v", a, r.openFDs, r.Watching())
+	if _, ok := r.Lookup(a); ok || r.openFDs != 0 || watching(r) {
+		t.Errorf("after Close: Lookup found %d, %d pidfds held, watching %v", a, r.openFDs, watching(r))
 	}
 	r.Refresh([]uint32{a})
 	if info, ok := r.Lookup(a); !ok || info.Comm != "sleep" || r.openFDs != 0 {
@@ -230,8 +230,8 @@ func TestRefreshBoundsPidfds(t *testing.T) {
 	}
 	r.SetMaxPidfds(0)
 	r.Refresh([]uint32{a})
-	if r.openFDs != 0 || r.Watching() {
-		t.Errorf("with a cap of 0: %d pidfds held, watching %v", r.openFDs, r.Watching())
+	if r.openFDs != 0 || watching(r) {
+		t.Errorf("with a cap of 0: %d pidfds held, watching %v", r.openFDs, watching(r))
 	}
 }
 
@@ -251,4 +251,11 @@ func TestSameNamespace(t *testing.T) {
 	if sameNamespace(t.TempDir()) {
 		t.Error("a directory without self counted as this pid namespace")
 	}
+}
+
+// watching says whether r watches processes through pidfds.
+func watching(r *ProcResolver) bool {
+	r.refreshMu.Lock()
+	defer r.refreshMu.Unlock()
+	return r.watch && r.maxFDs > 0
 }

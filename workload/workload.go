@@ -22,16 +22,6 @@ type Info struct {
 	Container   string
 }
 
-// Resolver maps pids to Info.
-type Resolver interface {
-	// Refresh is called once per poll, off the scrape path, with every pid
-	// the exporter currently exports. It reads /proc for pids that are new
-	// or whose start time changed, and forgets pids not in the list.
-	Refresh(pids []uint32)
-	// Lookup returns the cached Info of pid. It never reads /proc.
-	Lookup(pid uint32) (Info, bool)
-}
-
 // PodLookup names the Kubernetes objects that cgroup IDs point to.
 // Implementations answer from memory and never block on the API server.
 type PodLookup interface {

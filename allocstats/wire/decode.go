@@ -83,7 +83,7 @@ type Hello struct {
 	Client           string
 	// WarnBefore is the estimated time to OOM (seconds) under which the
 	// client asks to be sent a warning message; absent: the daemon's
-	// default (--oom.warn-before); 0: no warnings.
+	// default (--allocstats.warn-before); 0: no warnings.
 	WarnBefore Optional
 }
 

@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/rest"
 
-	"github.com/gpumem/gpumem_exporter/workload/podevents"
+	"github.com/gpumem/gpumem_exporter/oom/kubeevents"
 )
 
 var events = schema.GroupVersionResource{Version: "v1", Resource: "events"}
@@ -57,12 +57,12 @@ func testOOMEvent(t *testing.T, c *cluster, user string) {
 		t.Fatal(err)
 	}
 
-	rec, err := podevents.New(ctx, podevents.Config{Client: coreV1Client(t, c, user), NodeName: "gpu-node-1"})
+	rec, err := kubeevents.New(ctx, kubeevents.Config{Client: coreV1Client(t, c, user), NodeName: "gpu-node-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rec.Stop()
-	ref := podevents.PodRef{Namespace: ns, Name: pod.Name, UID: string(pod.UID)}
+	ref := kubeevents.PodRef{Namespace: ns, Name: pod.Name, UID: string(pod.UID)}
 	const message = "Container trainer (pid 4242) ran out of memory on GPU 0: limit. The request of 3.6GiB would take the process past its own limit of 7GiB while the GPU has 135.8GiB free: raise the limit or lower the batch."
 	rec.OOM(ref, message)
 	// The second only once the first is written: the correlator

@@ -1,4 +1,4 @@
-package main
+package kubeevents
 
 import (
 	"context"
@@ -8,13 +8,12 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/alecthomas/kingpin/v2"
 	"github.com/go-kit/log"
 )
 
-// Events on pods are on by default, off with --no-kubernetes.oom-events,
-// and never started without a Kubernetes configuration.
-func TestOOMEventsNeedTheFlagAndKubernetes(t *testing.T) {
+// Events on pods start only when asked for and a Kubernetes
+// configuration is there.
+func TestStartNeedsToBeOnAndAKubernetesConfiguration(t *testing.T) {
 	srv := httptest.NewServer(http.NotFoundHandler())
 	defer srv.Close()
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
@@ -30,24 +29,19 @@ current-context: c
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
 
 	for _, tc := range []struct {
-		name      string
-		args      []string
-		inCluster bool
-		want      bool
+		name       string
+		on         bool
+		kubeconfig string
+		want       bool
 	}{
-		{"on by default", []string{"--kubernetes.kubeconfig=" + kubeconfig}, true, true},
-		{"turned off", []string{"--kubernetes.kubeconfig=" + kubeconfig, "--no-kubernetes.oom-events"}, true, false},
-		{"no pod watch", []string{"--kubernetes.kubeconfig=" + kubeconfig}, false, false},
-		{"outside Kubernetes", nil, true, false},
+		{"on with a kubeconfig", true, kubeconfig, true},
+		{"off", false, kubeconfig, false},
+		{"outside Kubernetes", true, "", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			o, err := parseFlags(kingpin.New("test", ""), append(tc.args, "--kubernetes.node-name=gpu-node-1"))
-			if err != nil {
-				t.Fatal(err)
-			}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			rec, err := startOOMEvents(ctx, o.oomEvents && tc.inCluster, o.kubeconfig, o.nodeName, log.NewNopLogger())
+			rec, err := Start(ctx, tc.on, tc.kubeconfig, "gpu-node-1", log.NewNopLogger())
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,4 +1,4 @@
-package podevents
+package kubeevents
 
 import (
 	"context"

@@ -1,6 +1,7 @@
-// Package podevents records a Kubernetes Event on the pod of a process that
-// ran out of GPU memory, as the kubelet records an OOM kill, so that
-// `kubectl describe pod` and `kubectl get events` show the verdict.
+// Package kubeevents records a Kubernetes Event on the pod of a process
+// that ran out of GPU memory, as the kubelet records an OOM kill, so that
+// `kubectl describe pod` and `kubectl get events` show the verdict. Its
+// Recorder is one of the OOM reports' outputs (an oom.ReportSink).
 //
 // client-go's event recorder does the work: its broadcaster queues events
 // (bounded; a full queue drops, never blocks the caller) and its
@@ -8,7 +9,7 @@
 // similar events into one, and limits how many a pod gets. What is written
 // goes through a core/v1 REST client (Create and Patch of events), not the
 // typed clientset, whose scheme registers every API group.
-package podevents
+package kubeevents
 
 import (
 	"context"
@@ -74,7 +75,7 @@ func New(ctx context.Context, cfg Config) (*Recorder, error) {
 	sink := cfg.Sink
 	if sink == nil {
 		if cfg.Client == nil {
-			return nil, errors.New("podevents: no Kubernetes client")
+			return nil, errors.New("kubeevents: no Kubernetes client")
 		}
 		sink = NewSink(cfg.Client)
 	}
