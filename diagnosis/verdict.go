@@ -279,6 +279,12 @@ func Diagnose(in Input) Verdict {
 		cause = TooLarge
 	case held[Leak]:
 		cause = Leak
+	case held[Limit] && !f.noRoom && f.jumped() && f.peaksFlatBefore():
+		// Past its own limit by a step far above every earlier peak over
+		// a flat floor (an evaluation without torch.no_grad(), a batch
+		// much larger than the others): the limit held the workload
+		// until the step grew.
+		cause = Growth
 	case held[Limit] && !f.noRoom:
 		// Past its own limit with the GPU's room: the limit, unless the
 		// request would have fitted in its own cache, with room to go on.
@@ -431,6 +437,23 @@ func (f *facts) jumped() bool {
 	// its tensors through all of it (an evaluation of several seconds).
 	floorRise := rise(t.Floors[0], t.Floors[Segments-2])
 	return jump >= max(need, top/10) && floorRise < max(uint64(minMaterial), jump/4)
+}
+
+// peaksFlatBefore: the peaks of the trend before its last stretch stayed
+// level (rose by less than a quarter of the failing step's jump above
+// them): the workload ran steadily under its limit until the failing
+// step, rather than climbing towards the limit.
+func (f *facts) peaksFlatBefore() bool {
+	t := f.in.Trend
+	if !t.OK() || f.in.Self.Active == nil {
+		return false
+	}
+	top, low := t.Peaks[0], t.Peaks[0]
+	for _, p := range t.Peaks[:Segments-1] {
+		top, low = max(top, p), min(low, p)
+	}
+	jump := rise(top, *f.in.Self.Active+f.in.Requested)
+	return top-low < jump/4
 }
 
 func (f *facts) figures(cause Cause) Figures {

@@ -218,6 +218,14 @@ func TestDiagnoseEdgesBetweenCauses(t *testing.T) {
 		cause:        Growth,
 		contributing: []Cause{Limit},
 	}, {
+		// On the H200: training at a 3 GiB peak under a 6 GiB limit,
+		// then an evaluation batch without no_grad.
+		name: "an evaluation under its own limit: growth",
+		in: h200(Input{Requested: 2 * GiB_, Limit: p(6 * GiB_), Free: p(100 * GiB_), Self: self(5*GiB_, 5*GiB_),
+			Trend: Trend{Span: time.Minute, Floors: [4]uint64{2 * GiB_, 2 * GiB_, 2 * GiB_, 2 * GiB_}, Peaks: [4]uint64{3 * GiB_, 3 * GiB_, 3 * GiB_, 5 * GiB_}}}),
+		cause:        Growth,
+		contributing: []Cause{Limit},
+	}, {
 		name:         "a limit with a growing peak: the limit first",
 		in:           h200(Input{Requested: 2 * GiB_, Limit: p(20 * GiB_), Free: p(100 * GiB_), Self: self(19*GiB_, 19*GiB_), Trend: trend(2*time.Minute, 5*GiB_, 5*GiB_, 10*GiB_, 19*GiB_)}),
 		cause:        Limit,
