@@ -29,20 +29,17 @@ var layers = map[string]int{
 	"oom/kubeevents": 6, "landing": 6,
 	// The binaries.
 	"": 7, "cmd/gpumem-csi": 7,
-	// oom/kubeevents under its old name, for deploy/apiserver's test
-	// alone until that test leaves with the deployment's module.
 	// What tests the whole from outside: end to end, the attacks, the
-	// dashboards, the deployment (leaving for a module of its own).
-	"e2e": 8, "attack": 8, "dashboards": 8, "deploy": 8, "deploy/alertmanager": 8, "deploy/apiserver": 8,
-	"deploy/helm": 8, "deploy/kubernetes": 8, "deploy/kubernetes/manifestcheck": 8,
-	"deploy/kubernetes/manifestcheck/manifestchecktest": 9, "deploy/prometheus": 8,
+	// dashboards. (The deployment's tests are a module of their own,
+	// deploy/go.mod, which imports this one.)
+	"e2e": 8, "attack": 8, "dashboards": 8,
 }
 
 // infrastructure are the internal packages: below every layer, they import
 // no product package and take plain values (logging, the file descriptor
 // budget, listeners, the flags' defaults, saturating sums, test helpers).
 var infrastructure = map[string]bool{
-	"internal/alertmanagertest": true, "internal/authguard": true, "internal/connshed": true, "internal/defaults": true,
+	"internal/alertmanagertest": true, "internal/authguard": true, "internal/dashboardtest": true, "internal/connshed": true, "internal/defaults": true,
 	"internal/doccheck": true, "internal/exportertest": true, "internal/fdbudget": true, "internal/fieldtest": true,
 	"internal/logging": true, "internal/memtrim": true, "internal/mocknode": true, "internal/procfixture": true,
 	"internal/ratelog": true, "internal/satmath": true, "internal/tick": true,

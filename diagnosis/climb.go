@@ -90,13 +90,35 @@ func (h *History) Climb(k Key, end time.Time) (Climb, bool) {
 		return Climb{}, false
 	}
 	slices.SortFunc(got, func(a, b bucket) int { return int(a.n - b.n) })
-	for _, w := range climbWindows {
+	for i, w := range climbWindows {
+		if w == shortestWindow && i > 0 && covers(got, endN, climbWindows[i-1]) {
+			// The shortest window speaks only for a process younger
+			// than the next: in an older one, a climb of 30 s that the
+			// minute around it does not show is a phase (an
+			// evaluation keeping its graphs for a few batches), not a
+			// leak.
+			break
+		}
 		if c, ok := climbIn(got, endN, w); ok {
 			c.At = end
 			return c, true
 		}
 	}
 	return Climb{}, false
+}
+
+// shortestWindow is the last of climbWindows.
+var shortestWindow = climbWindows[len(climbWindows)-1]
+
+// covers says whether the buckets bs (sorted oldest first) cover the
+// window w that ends with bucket endN: samples in its first quarter, and
+// in at least minBuckets buckets.
+func covers(bs []bucket, endN int64, w time.Duration) bool {
+	width := int64(w / Bucket)
+	startN := endN - width + 1
+	i, _ := slices.BinarySearchFunc(bs, startN, func(b bucket, n int64) int { return int(b.n - n) })
+	in := bs[i:]
+	return len(in) >= minBuckets && in[0].n <= startN+width/4
 }
 
 // climbIn looks for a climb in the buckets of the window w that ends with
@@ -106,9 +128,7 @@ func climbIn(bs []bucket, endN int64, w time.Duration) (Climb, bool) {
 	startN := endN - width + 1
 	i, _ := slices.BinarySearchFunc(bs, startN, func(b bucket, n int64) int { return int(b.n - n) })
 	in := bs[i:]
-	// The samples must cover the window: some in its first quarter, and
-	// in at least minBuckets buckets.
-	if len(in) < minBuckets || in[0].n > startN+width/4 {
+	if !covers(bs, endN, w) {
 		return Climb{}, false
 	}
 	var floors, peaks, typical [Segments]uint64
@@ -133,7 +153,7 @@ func climbIn(bs []bucket, endN int64, w time.Duration) (Climb, bool) {
 	case floorClimbs(floors) && steadyRise(peaks) && (w >= Window || floorOverSteps(floors, peaks)):
 		c.Cause, c.From, c.To = Leak, floors[0], floors[Segments-1]
 		c.Rate = slope(in, func(b bucket) uint64 { return b.lo })
-	case w >= minPeakClimb && peakClimbs(floors, typical):
+	case w >= minPeakClimb && peakClimbs(floors, typical) && rise(peaks[0], peaks[Segments-1]) >= rise(typical[0], typical[Segments-1])/2:
 		// The typical peak of a stretch (the median of its buckets'): a
 		// batch much larger than the others, now and then, raises the
 		// stretch's highest peak, not its typical one.
