@@ -42,7 +42,7 @@ var layers = map[string]int{
 // no product package and take plain values (logging, the file descriptor
 // budget, listeners, the flags' defaults, saturating sums, test helpers).
 var infrastructure = map[string]bool{
-	"internal/alertmanagertest": true, "internal/authguard": true, "internal/connshed": true, "internal/defaults": true,
+	"internal/alertmanagertest": true, "internal/authguard": true, "internal/connshed": true, "internal/dashboardtest": true, "internal/defaults": true,
 	"internal/doccheck": true, "internal/exportertest": true, "internal/fdbudget": true, "internal/fieldtest": true,
 	"internal/logging": true, "internal/memtrim": true, "internal/mocknode": true, "internal/procfixture": true,
 	"internal/ratelog": true, "internal/satmath": true, "internal/tick": true,
