@@ -2,6 +2,7 @@ package main
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/go-kit/log"
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,6 +28,8 @@ import (
 type readers struct {
 	join       attribution.Sources
 	forecaster *foresight.Forecaster
+	// warnBefore is the forecaster's warning threshold (negative: none).
+	warnBefore time.Duration
 	reports    *oom.Reports
 }
 
@@ -42,7 +45,8 @@ func newReaders(o *options, src *sources, events *kubeevents.Recorder, logger lo
 	if warnBefore == 0 {
 		warnBefore = -1 // the flag's 0: no warnings
 	}
-	r := &readers{forecaster: foresight.New(foresight.Config{WarnBefore: warnBefore, Clients: src.store, Logger: log.With(logger, "component", "foresight")})}
+	r := &readers{warnBefore: warnBefore,
+		forecaster: foresight.New(foresight.Config{WarnBefore: warnBefore, Clients: src.store, Logger: log.With(logger, "component", "foresight")})}
 	// Memory labels the processes that exited, which the store keeps for
 	// --allocstats.oom-linger, as they were labelled while they ran.
 	r.join = attribution.Sources{NVML: src.poller, Allocator: src.store, Workload: src.backend.processes, SettleLabels: true, Memory: attribution.NewMemory(),
@@ -94,6 +98,8 @@ func newMux(o *options, exp *collector.Exporter, reg *prometheus.Registry, r *re
 		Backend:     o.nvmlBackend,
 		Socket:      srv.SocketPath(),
 		Sources:     r.join,
+		Forecasts:   r.forecaster,
+		WarnBefore:  r.warnBefore,
 		NVMLUp:      d.src.poller.Up,
 		Reports:     r.reports,
 	}))

@@ -70,7 +70,8 @@ type layoutResult struct {
 }
 
 // TestPageLayoutInChromium renders a busy node (eight GPUs, nine
-// processes each with long pod names, four OOM reports, two of them
+// processes each with long pod names, two of them with a time to OOM, four
+// OOM reports, two of them
 // recent) and lays it out in headless Chromium at each of layoutWidths: no
 // horizontal scrolling, no number split over two lines or out of its cell,
 // and the recent OOM reports on the first screen, above the GPUs.
@@ -134,9 +135,10 @@ func TestPageLayoutInChromium(t *testing.T) {
 			if wantCards := r.Width < 960; r.Cards != wantCards {
 				t.Errorf("card layout for the process tables: %v, want %v", r.Cards, wantCards)
 			}
-			// Per GPU: 6 processes with 4 numbers, 3 with 1, and 8 figures;
-			// the 2 open reports' 12 figures each and 11 holder rows of 5.
-			if r.Nums < 8*(6*4+3*1+8)+2*12+11*5 {
+			// Per GPU: 6 processes with 4 numbers, 3 with 1, 2 times to
+			// OOM and 8 figures; the 2 open reports' 12 figures each and 11
+			// holder rows of 5.
+			if r.Nums < 8*(6*4+3*1+2+8)+2*12+11*5 {
 				t.Errorf("measured %d numbers, want every number on the page", r.Nums)
 			}
 			for what, list := range map[string][]string{

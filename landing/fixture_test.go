@@ -39,13 +39,15 @@ func longPod(gpu, i int) string {
 
 // richConfig is a busy node: eight H200s with nine processes each (six of
 // them report allocator stats, one has a name without a break, all run in
-// pods with long names), and four OOM reports: 5 and 40 minutes old (the
+// pods with long names; two climb towards an OOM, one under the warning
+// threshold), and four OOM reports: 5 and 40 minutes old (the
 // first by a process outside the top five holders), 3 hours and 3 days old.
 func richConfig(now time.Time) Config {
 	const perGPU = 9
 	snap := &nvmlpoll.Snapshot{Time: now}
 	var procs []allocstats.Process
 	names := fixedLookup{}
+	forecasts := fakeForecasts{}
 	for g := 0; g < 8; g++ {
 		d := nvmlpoll.Device{Index: g, UUID: uuid(g), Name: "NVIDIA H200", MIGMode: nvmlpoll.MIGDisabled,
 			HasMemory: true, HasProcesses: true}
@@ -60,6 +62,12 @@ func richConfig(now time.Time) Config {
 				comm = longComm
 			}
 			names[pid] = workload.Info{PID: pid, Comm: comm, Namespace: longNamespace, Pod: longPod(g, i), Container: longContainer}
+			switch i {
+			case 0:
+				forecasts[pid] = diagnosis.Forecast{Climb: diagnosis.Climb{Cause: diagnosis.Leak}, ETA: 6 * time.Minute}
+			case 1:
+				forecasts[pid] = diagnosis.Forecast{Climb: diagnosis.Climb{Cause: diagnosis.Growth}, ETA: 150 * time.Minute}
+			}
 			if i%3 != 2 {
 				reserved := u - 512*MiB
 				procs = append(procs, allocstats.Process{PID: pid, Framework: "pytorch", Devices: []allocstats.DeviceStats{
@@ -74,8 +82,9 @@ func richConfig(now time.Time) Config {
 	return Config{
 		Name: "gpumem_exporter", Version: "0.1.0-dev", Revision: "2c63bba1f0e4d5c6b7a8990011223344556677aa",
 		MetricsPath: "/metrics", Backend: "simulated", Socket: "/run/user/1000/gpumem/allocstats.sock",
-		Sources: attribution.Sources{NVML: fixedSnapshot{snap}, Allocator: fixedProcs(procs), Workload: names},
-		NVMLUp:  func() bool { return true },
+		Sources:   attribution.Sources{NVML: fixedSnapshot{snap}, Allocator: fixedProcs(procs), Workload: names, Forecasts: forecasts},
+		Forecasts: forecasts,
+		NVMLUp:    func() bool { return true },
 		Reports: fakeReports{
 			richReport(now.Add(-5*time.Minute), 3, 8, 916*MiB),
 			richReport(now.Add(-40*time.Minute), 5, 0, 20*GiB),

@@ -1,6 +1,7 @@
 // Package landing serves the exporter's landing page: what runs, links, and
 // a live picture of each GPU's memory split into context, active, inactive,
-// unattributed and free, with the last out-of-memory reports. The newest
+// unattributed and free, with the daemon's estimate of when each climbing
+// process runs out of memory, and the last out-of-memory reports. The newest
 // reports, if under an hour old, come first, above the GPUs; the others
 // follow the GPUs. It is one server-rendered page without scripts or
 // external assets, laid out for screens from 400 px wide up.
@@ -16,6 +17,8 @@ import (
 	"time"
 
 	"github.com/gpumem/gpumem_exporter/attribution"
+	"github.com/gpumem/gpumem_exporter/diagnosis"
+	"github.com/gpumem/gpumem_exporter/foresight"
 	"github.com/gpumem/gpumem_exporter/oom"
 )
 
@@ -28,18 +31,33 @@ var page = template.Must(template.New("page.html").Funcs(template.FuncMap{
 	"pct":      func(v, total uint64) string { return fmt.Sprintf("%.3f", percent(v, total)) },
 	"short":    shortRevision,
 	"seconds":  func(s float64) string { return fmt.Sprintf("%+.1f s", s) },
+	"within":   within,
+	"eta":      eta,
 }).ParseFS(files, "page.html"))
 
 // Config is what the page shows.
 type Config struct {
 	Name, Version, Revision, MetricsPath, Backend, Socket string
-	// Sources is the join the page reads, the same as /metrics.
+	// Sources is the join the page reads, the same as /metrics. Its
+	// Forecasts give each row's time to OOM.
 	Sources attribution.Sources
-	NVMLUp  func() bool
+	// Forecasts, if set, say what climbs in a process whose row has a time
+	// to OOM (foresight.Forecaster).
+	Forecasts Forecasts
+	// WarnBefore is the daemon's warning threshold: a time to OOM under it
+	// shows as a warning (foresight.DefaultWarnBefore when 0; negative:
+	// the daemon sends no warnings).
+	WarnBefore time.Duration
+	NVMLUp     func() bool
 	// Reports lists the OOM reports, newest first.
 	Reports interface{ List() []oom.Report }
 	// Now is the clock that dates the reports (time.Now when nil).
 	Now func() time.Time
+}
+
+// Forecasts give the daemon's last forecast of a process: its cause.
+type Forecasts interface {
+	Forecast(k diagnosis.Key) (diagnosis.Forecast, bool)
 }
 
 // RecentOOM is how long an OOM report counts as recent: while one is, the
@@ -88,6 +106,22 @@ type ProcessView struct {
 	Context, Active, Inactive, Reserved uint64
 	Framework                           string
 	Comm, Namespace, Pod, Container     string // when known
+	// Foreseen is the daemon's estimate of when the process runs out of
+	// memory; nil while no climb is measured.
+	Foreseen *Foresight
+}
+
+// Foresight is the daemon's estimate of when a process runs out of memory
+// at the current climb of its active memory (Row.TimeToOOM).
+type Foresight struct {
+	// In is how long until it runs out.
+	In time.Duration
+	// Cause is what climbs: diagnosis.Leak (the floor of active memory)
+	// or diagnosis.Growth (each step's peak); "" when not known.
+	Cause diagnosis.Cause
+	// Warned says In is under the daemon's warning threshold: the daemon
+	// has warned the process over its socket connection.
+	Warned bool
 }
 
 // OOMSection is the page's list of out-of-memory reports.
@@ -111,7 +145,9 @@ type ReportView struct {
 
 type data struct {
 	Config
-	Up   bool
+	Up bool
+	// Warn is the daemon's warning threshold in effect; negative: none.
+	Warn time.Duration
 	GPUs []GPUView
 	OOM  OOMSection
 }
@@ -125,7 +161,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.cfg.NVMLUp != nil {
 		d.Up = h.cfg.NVMLUp()
 	}
-	d.GPUs = Split(h.cfg.Sources.Read())
+	d.Warn = h.cfg.WarnBefore
+	if d.Warn == 0 {
+		d.Warn = foresight.DefaultWarnBefore
+	}
+	d.GPUs = Split(h.cfg.Sources.Read(), h.cfg.Forecasts, d.Warn)
 	now := time.Now
 	if h.cfg.Now != nil {
 		now = h.cfg.Now
@@ -144,9 +184,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // Split divides each device's memory into the spec's parts. A process that
 // reports allocator stats splits into context, active and inactive; one
-// that does not counts whole under NoStats. It reads the same join as the
+// that does not counts whole under NoStats. A row's time to OOM becomes
+// its Foreseen, with its cause from forecasts (which may be nil), warned
+// under warnBefore (negative: never). It reads the same join as the
 // collectors, so that the page and /metrics agree.
-func Split(v attribution.View) []GPUView {
+func Split(v attribution.View, forecasts Forecasts, warnBefore time.Duration) []GPUView {
 	snap, rows := v.Snapshot, v.Rows
 	if snap == nil {
 		return nil
@@ -185,11 +227,27 @@ func Split(v attribution.View) []GPUView {
 			} else {
 				g.NoStats += pv.Used
 			}
+			pv.Foreseen = foreseen(r, forecasts, warnBefore)
 			g.Processes = append(g.Processes, pv)
 		}
 		out = append(out, g)
 	}
 	return out
+}
+
+// foreseen is r's time to OOM as the page shows it; nil when unknown.
+func foreseen(r *attribution.Row, forecasts Forecasts, warnBefore time.Duration) *Foresight {
+	if !r.TimeToOOM.OK {
+		return nil
+	}
+	f := &Foresight{In: time.Duration(r.TimeToOOM.V) * time.Second}
+	f.Warned = warnBefore > 0 && f.In < warnBefore
+	if forecasts != nil {
+		if fc, ok := forecasts.Forecast(r.DiagnosisKey()); ok {
+			f.Cause = fc.Cause
+		}
+	}
+	return f
 }
 
 // OOMReports arranges OOM reports for the page: newest first, the newest
@@ -237,6 +295,27 @@ func age(d time.Duration) string {
 		return fmt.Sprintf("%d h ago", int(d/time.Hour))
 	default:
 		return fmt.Sprintf("%d days ago", int(d/(24*time.Hour)))
+	}
+}
+
+// eta says when something happens: "in about 3 minutes", "now".
+func eta(d time.Duration) string {
+	if d < time.Second {
+		return "now"
+	}
+	return "in about " + within(d)
+}
+
+// within says a span of time as a person would, as the daemon's warnings
+// do: "45 s", "3 minutes", "2.5 hours".
+func within(d time.Duration) string {
+	switch s := d.Seconds(); {
+	case s < 120:
+		return fmt.Sprintf("%.0f s", s)
+	case s < 2*3600:
+		return fmt.Sprintf("%.0f minutes", s/60)
+	default:
+		return fmt.Sprintf("%.1f hours", s/3600)
 	}
 }
 

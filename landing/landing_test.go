@@ -13,6 +13,7 @@ import (
 	"github.com/gpumem/gpumem_exporter/allocstats"
 	"github.com/gpumem/gpumem_exporter/allocstats/allocstatstest"
 	"github.com/gpumem/gpumem_exporter/attribution"
+	"github.com/gpumem/gpumem_exporter/diagnosis"
 	"github.com/gpumem/gpumem_exporter/nvmlpoll"
 	"github.com/gpumem/gpumem_exporter/oom"
 )
@@ -76,7 +77,7 @@ func splitSnapshot() (*nvmlpoll.Snapshot, []allocstats.Process) {
 
 func TestSplitDividesEachGPUsMemory(t *testing.T) {
 	snap, procs := splitSnapshot()
-	views := Split(join(snap, procs))
+	views := Split(join(snap, procs), nil, 0)
 	if len(views) != 2 {
 		t.Fatalf("Split gave %d views, want 2 (GPU 0 and the MIG instance; not the MIG parent, not the GPU without memory info)", len(views))
 	}
@@ -117,7 +118,7 @@ func TestSplitDividesEachGPUsMemory(t *testing.T) {
 		t.Fatalf("GPU 0 has %d process rows, want %d", len(g.Processes), len(wantProcs))
 	}
 	for i, w := range wantProcs {
-		if g.Processes[i] != w {
+		if !reflect.DeepEqual(g.Processes[i], w) {
 			t.Errorf("process row %d:\n got %+v\nwant %+v", i, g.Processes[i], w)
 		}
 	}
@@ -127,7 +128,7 @@ func TestSplitDividesEachGPUsMemory(t *testing.T) {
 }
 
 func TestSplitWithoutSnapshot(t *testing.T) {
-	if v := Split(join(nil, nil)); v != nil {
+	if v := Split(join(nil, nil), nil, 0); v != nil {
 		t.Errorf("Split(nil) = %v, want nil", v)
 	}
 }
@@ -254,6 +255,114 @@ func TestPageExplainsEveryPartAndBothTotals(t *testing.T) {
 	for _, want := range []string{"100.00 GiB</span> total", "99.00 GiB</span> usable", `"total capacity"`, "driver reserved"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("the page does not say %q", want)
+		}
+	}
+}
+
+// fakeForecasts foresee, by pid, what foresight.Forecaster would.
+type fakeForecasts map[uint32]diagnosis.Forecast
+
+func (f fakeForecasts) TimeToOOM(pid uint32, _ uint64, _ string) (uint64, bool) {
+	fc, ok := f[pid]
+	return uint64(fc.ETA.Seconds()), ok
+}
+
+func (f fakeForecasts) Forecast(k diagnosis.Key) (diagnosis.Forecast, bool) {
+	fc, ok := f[k.PID]
+	return fc, ok
+}
+
+// processRow is the row of pid in the page's first process table.
+func processRow(t *testing.T, body string, pid uint32) string {
+	t.Helper()
+	cell := fmt.Sprintf(`<td data-label="pid">%d</td>`, pid)
+	for _, row := range strings.Split(between(t, body, `<table class="procs">`, "</table>"), "<tr>")[1:] {
+		if strings.HasPrefix(row, cell) {
+			return row
+		}
+	}
+	t.Fatalf("the page has no row of pid %d", pid)
+	return ""
+}
+
+// A process whose climb the daemon measured shows when it runs out of
+// memory, and what climbs; in the warning style under the daemon's
+// warning threshold. A process without an estimate shows none, and the
+// legend explains the estimate.
+func TestPageShowsTheTimeToOOM(t *testing.T) {
+	snap, procs := splitSnapshot()
+	forecasts := fakeForecasts{
+		10: {Climb: diagnosis.Climb{Cause: diagnosis.Leak}, ETA: 6 * time.Minute},
+		13: {Climb: diagnosis.Climb{Cause: diagnosis.Growth}, ETA: 150 * time.Minute},
+	}
+	type row struct {
+		eta    string // "": none
+		warned bool
+	}
+	for _, tc := range []struct {
+		name       string
+		warnBefore time.Duration
+		causes     bool // Config.Forecasts is set
+		rows       map[uint32]row
+		legend     string
+	}{
+		{"default threshold", 0, true, map[uint32]row{
+			10: {"in about 6 minutes (leak)", true}, 13: {"in about 2.5 hours (growth)", false}, 11: {}, 14: {},
+		}, "in red under 10 minutes"},
+		{"threshold under the estimate", 5 * time.Minute, true, map[uint32]row{
+			10: {"in about 6 minutes (leak)", false}, 13: {"in about 2.5 hours (growth)", false},
+		}, "in red under 5 minutes"},
+		{"no warnings", -1, true, map[uint32]row{
+			10: {"in about 6 minutes (leak)", false},
+		}, "the daemon warns no process"},
+		{"causes unknown", 0, false, map[uint32]row{
+			10: {"in about 6 minutes", true}, 13: {"in about 2.5 hours", false},
+		}, "in red under 10 minutes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := Config{Name: "gpumem_exporter", MetricsPath: "/metrics", Backend: "simulated", WarnBefore: tc.warnBefore,
+				Sources: attribution.Sources{NVML: fixedSnapshot{snap}, Allocator: fixedProcs(procs), Forecasts: forecasts},
+				NVMLUp:  func() bool { return true }}
+			if tc.causes {
+				cfg.Forecasts = forecasts
+			}
+			body := render(t, cfg)
+			for pid, want := range tc.rows {
+				r := processRow(t, body, pid)
+				i := strings.Index(r, `<td class="eta"`)
+				if i < 0 {
+					t.Fatalf("pid %d: the row has no time-to-OOM cell: %s", pid, r)
+				}
+				got := text(r[i:])
+				if got != want.eta {
+					t.Errorf("pid %d: the row says %q of its time to OOM, want %q", pid, got, want.eta)
+				}
+				if warned := strings.Contains(r, `class="num soon"`); warned != want.warned {
+					t.Errorf("pid %d: warning style %v, want %v; row: %s", pid, warned, want.warned, r)
+				}
+			}
+			legend := text(between(t, body, `<div><dt>runs out</dt>`, "</div>"))
+			for _, want := range []string{"the daemon's estimate", "climb of its active memory", tc.legend} {
+				if !strings.Contains(legend, want) {
+					t.Errorf("the legend of the time to OOM lacks %q: %s", want, legend)
+				}
+			}
+		})
+	}
+}
+
+func TestETA(t *testing.T) {
+	for _, tc := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{0, "now"},
+		{45 * time.Second, "in about 45 s"},
+		{3 * time.Minute, "in about 3 minutes"},
+		{150 * time.Minute, "in about 2.5 hours"},
+	} {
+		if got := eta(tc.d); got != tc.want {
+			t.Errorf("eta(%s) = %q, want %q", tc.d, got, tc.want)
 		}
 	}
 }
