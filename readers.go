@@ -53,7 +53,7 @@ func newReaders(o *options, src *sources, events *kubeevents.Recorder, logger lo
 		Node: workload.NodeName(o.nodeName), Forecasts: r.forecaster}
 	var sinks []oom.ReportSink
 	if events != nil {
-		sinks = append(sinks, events)
+		sinks = append(sinks, oom.PodEvents{Recorder: events})
 	}
 	r.reports = oom.New(oom.Config{Capacity: o.oomReports, Sources: r.join, Fresh: src.poller.Fresh, Trends: r.forecaster, Sinks: sinks, Logger: log.With(logger, "component", "oom")})
 	src.store.OnOOM(r.reports)

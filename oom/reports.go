@@ -9,7 +9,7 @@
 // ReportSink in turn: the ring that /api/v1/oom-reports serves (ring.go),
 // the log (log.go), the metrics (metrics.go), the process's own
 // connection (verdictline.go), and the sinks of Config (a Kubernetes
-// Event on the pod, package oom/kubeevents).
+// Event on the pod: PodEvents over package oom/kubeevents).
 package oom
 
 import (

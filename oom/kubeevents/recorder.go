@@ -1,7 +1,8 @@
 // Package kubeevents records a Kubernetes Event on the pod of a process
 // that ran out of GPU memory, as the kubelet records an OOM kill, so that
 // `kubectl describe pod` and `kubectl get events` show the verdict. Its
-// Recorder is one of the OOM reports' outputs (an oom.ReportSink).
+// Recorder is one of the OOM reports' outputs, through oom.PodEvents (it
+// imports neither oom nor NVML: the deployment's tests link it alone).
 //
 // client-go's event recorder does the work: its broadcaster queues events
 // (bounded; a full queue drops, never blocks the caller) and its
@@ -89,6 +90,12 @@ func New(ctx context.Context, cfg Config) (*Recorder, error) {
 	// scheme resolves nothing: an empty one keeps core/v1's out of it.
 	rec := b.NewRecorder(runtime.NewScheme(), corev1.EventSource{Component: Component, Host: cfg.NodeName})
 	return &Recorder{broadcaster: b, recorder: rec, logger: logger}, nil
+}
+
+// PodEvent is OOM of the pod namespace/name (uid): it implements
+// oom.PodEventRecorder, through which the OOM reports reach it.
+func (r *Recorder) PodEvent(namespace, name, uid, message string) {
+	r.OOM(PodRef{Namespace: namespace, Name: name, UID: uid}, message)
 }
 
 // OOM records a Warning Event with reason GPUOutOfMemory and message on the

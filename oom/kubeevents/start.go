@@ -7,7 +7,6 @@ import (
 	"github.com/go-kit/log"
 	"github.com/go-kit/log/level"
 
-	"github.com/gpumem/gpumem_exporter/oom"
 	"github.com/gpumem/gpumem_exporter/workload/pods"
 )
 
@@ -32,10 +31,4 @@ func Start(ctx context.Context, on bool, kubeconfig, nodeName string, logger log
 	}
 	level.Info(logger).Log("msg", "recording a Warning Event (reason "+Reason+") on the pod of each out-of-memory report; --no-kubernetes.oom-events turns it off")
 	return rec, nil
-}
-
-// Deliver implements oom.ReportSink: the report's sentence becomes an
-// Event on the reporting process's pod. Safe on a nil Recorder.
-func (r *Recorder) Deliver(rep oom.Report) {
-	r.OOM(PodRef{Namespace: rep.Namespace, Name: rep.Pod, UID: rep.PodUID}, rep.Sentence())
 }
