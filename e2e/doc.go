@@ -5,6 +5,10 @@
 //     node: every metric of docs/metrics.md served and promtool-clean,
 //     readiness and health, TLS and basic auth, the socket protocol from a
 //     client's side, flags that fail cleanly, no leaked descriptors.
+//   - warning_test.go: the daemon's warning of a foreseen OOM, to
+//     instrumented processes (this test binary re-executed, one pid each)
+//     that push in real time for two minutes: a leak is warned in time
+//     with an estimate close to the truth, steady training is not.
 //   - kubernetes_test.go: real instrumented processes (this test binary
 //     re-executed as a client) named with their pods through a test
 //     Kubernetes API server and a fixture /proc.

@@ -40,14 +40,22 @@ import (
 // descriptors. The attacks of docs/security.md run against the same binary
 // in attack/.
 
-// The client role (exportertest.RoleEnv=client: an instrumented process,
-// kubernetes_test.go) runs before TestMain: a re-executed test binary is
-// the client and nothing else.
+// The roles of a re-executed test binary (exportertest.RoleEnv), each an
+// instrumented process: client (kubernetes_test.go) and pusher
+// (warning_test.go).
+var roles = map[string]func(stdin io.Reader, stdout io.Writer) error{
+	"client":   attrRunClient,
+	pusherRole: pushClient,
+}
+
+// A role runs before TestMain: a re-executed test binary is that client
+// and nothing else.
 func init() {
-	if os.Getenv(exportertest.RoleEnv) != "client" {
+	run, ok := roles[os.Getenv(exportertest.RoleEnv)]
+	if !ok {
 		return
 	}
-	if err := attrRunClient(os.Stdin, os.Stdout); err != nil {
+	if err := run(os.Stdin, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
