@@ -152,7 +152,9 @@ func climbIn(bs []bucket, endN int64, w time.Duration) (Climb, bool) {
 	switch {
 	case floorClimbs(floors) && steadyRise(peaks) && (w >= Window || floorOverSteps(floors, peaks)):
 		c.Cause, c.From, c.To = Leak, floors[0], floors[Segments-1]
-		c.Rate = slope(in, func(b bucket) uint64 { return b.lo })
+		// Each floor at the moment it was sampled, leaving out the
+		// newest bucket: it may hold a sample or two, not yet a low.
+		c.Rate = slope(in[:len(in)-1])
 	case w >= minPeakClimb && peakClimbs(floors, typical) && rise(peaks[0], peaks[Segments-1]) >= rise(typical[0], typical[Segments-1])/2:
 		// The typical peak of a stretch (the median of its buckets'): a
 		// batch much larger than the others, now and then, raises the
@@ -236,24 +238,24 @@ func peakClimbs(f, p [Segments]uint64) bool {
 		rise(f[0], f[Segments-1]) < r/4
 }
 
-// slope is the least-squares rate of v over the buckets, in bytes per
-// second.
-func slope(bs []bucket, v func(bucket) uint64) float64 {
+// slope is the least-squares rate of the buckets' floors over the times
+// they were sampled, in bytes per second.
+func slope(bs []bucket) float64 {
 	n := float64(len(bs))
 	var sx, sy float64
 	for _, b := range bs {
-		sx += float64(b.n)
-		sy += float64(v(b))
+		sx += float64(b.loAt) / 1e9
+		sy += float64(b.lo)
 	}
 	mx, my := sx/n, sy/n
 	var sxy, sxx float64
 	for _, b := range bs {
-		dx := float64(b.n) - mx
-		sxy += dx * (float64(v(b)) - my)
+		dx := float64(b.loAt)/1e9 - mx
+		sxy += dx * (float64(b.lo) - my)
 		sxx += dx * dx
 	}
 	if sxx == 0 {
 		return 0
 	}
-	return sxy / sxx / Bucket.Seconds()
+	return sxy / sxx
 }

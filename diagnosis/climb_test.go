@@ -43,6 +43,8 @@ func TestClimbTellsALeakOrAGrowingBatchFromWhatIsNoClimb(t *testing.T) {
 			func(t float64) uint64 { return 64*mib + uint64(t)*77*mib }, Leak, 77 * mib, 0.1},
 		{"a leak under a sawtooth, 29 MiB a second, 3 minutes", 3 * time.Minute,
 			func(t float64) uint64 { return sawtooth(t, 1.3, gib+uint64(t)*29*mib, 2*gib) }, Leak, 29 * mib, 0.1},
+		{"a young leak under a sawtooth, 48 MiB a second, 40 s", 40 * time.Second,
+			func(t float64) uint64 { return sawtooth(t, 3, gib+uint64(t)*48*mib, 384*mib) }, Leak, 48 * mib, 0.02},
 		{"a slow leak of 1 MiB a second, 5 minutes", 5 * time.Minute,
 			func(t float64) uint64 { return sawtooth(t, 2, 10*gib+uint64(t)*mib, 4*gib) }, Leak, mib, 0.2},
 		{"steady training", 5 * time.Minute,

@@ -60,7 +60,7 @@ type Key struct {
 }
 
 // History keeps each process's active memory over the last Window, in
-// buckets of Bucket: a few hundred bytes per process and device.
+// buckets of Bucket: about 2.5 KiB per process and device.
 type History struct {
 	mu     sync.Mutex
 	series map[Key]*series
@@ -74,6 +74,7 @@ type series struct {
 type bucket struct {
 	n      int64 // bucket number; valid only when ok
 	lo, hi uint64
+	loAt   int64 // when lo was sampled (Unix nanoseconds)
 	ok     bool
 }
 
@@ -105,10 +106,13 @@ func (h *History) Note(k Key, t time.Time, v uint64) {
 	s.newest = max(s.newest, n)
 	b := &s.buckets[((n%int64(buckets))+int64(buckets))%int64(buckets)]
 	if !b.ok || b.n != n {
-		*b = bucket{n: n, lo: v, hi: v, ok: true}
+		*b = bucket{n: n, lo: v, hi: v, loAt: t.UnixNano(), ok: true}
 		return
 	}
-	b.lo, b.hi = min(b.lo, v), max(b.hi, v)
+	if v < b.lo {
+		b.lo, b.loAt = v, t.UnixNano()
+	}
+	b.hi = max(b.hi, v)
 }
 
 // Retain forgets every process for which keep is false.
