@@ -282,8 +282,12 @@ var verdictCauses = []string{"limit", "fragmentation", "neighbours", "too_large"
 // 30 % of the truth when it arrives, no more than one a minute; one with a
 // flat working set and one training steadily (a sawtooth over a flat floor)
 // get none.
+//
+// Not parallel: it runs alone, before the parallel tests, whose scrapes and
+// Prometheus servers its three clients and two minutes would otherwise
+// slow (TestShardsAndGlobalViewMatchOnePrometheus compares scrapes that
+// time out under load).
 func TestWarningForeseesALeakAndSparesSteadyTraining(t *testing.T) {
-	t.Parallel()
 	if testing.Short() {
 		t.Skip("-short: the clients report for two minutes in real time")
 	}
