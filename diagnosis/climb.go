@@ -75,17 +75,7 @@ func Foresee(c Climb, ceiling uint64, isLimit bool) Forecast {
 // its newest sample), and how.
 func (h *History) Climb(k Key, end time.Time) (Climb, bool) {
 	endN := bucketNumber(end)
-	h.mu.Lock()
-	s := h.series[k]
-	var got []bucket
-	if s != nil {
-		for _, b := range s.buckets {
-			if b.ok && b.n <= endN && b.n > endN-int64(buckets) {
-				got = append(got, b)
-			}
-		}
-	}
-	h.mu.Unlock()
+	got := h.window(k, endN)
 	if len(got) < minBuckets {
 		return Climb{}, false
 	}

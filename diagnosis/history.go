@@ -133,21 +133,29 @@ func (h *History) Len() int {
 	return len(h.series)
 }
 
+// window is a copy of k's buckets of the Window that ends with bucket end,
+// in no order.
+func (h *History) window(k Key, end int64) []bucket {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.series[k]
+	if s == nil {
+		return nil
+	}
+	var got []bucket
+	for _, b := range s.buckets {
+		if b.ok && b.n <= end && b.n > end-int64(buckets) {
+			got = append(got, b)
+		}
+	}
+	return got
+}
+
 // Trend is k's trend over the Window that ends at t; not OK with samples
 // in fewer than 20 s worth of buckets.
 func (h *History) Trend(k Key, t time.Time) Trend {
 	end := bucketNumber(t)
-	h.mu.Lock()
-	s := h.series[k]
-	var got []bucket
-	if s != nil {
-		for _, b := range s.buckets {
-			if b.ok && b.n <= end && b.n > end-int64(buckets) {
-				got = append(got, b)
-			}
-		}
-	}
-	h.mu.Unlock()
+	got := h.window(k, end)
 	if len(got) < minBuckets {
 		return Trend{}
 	}

@@ -159,11 +159,12 @@ func Summary(fc diagnosis.Forecast) string {
 		ceiling = fmt.Sprintf("the process's limit of %s", diagnosis.GiB(fc.Ceiling))
 	}
 	return fmt.Sprintf("%s climbed from %s to %s in the last %s, %s a minute; at this rate active memory (%s now) reaches %s in about %s, and the next allocation then fails with CUDA out of memory.",
-		what, diagnosis.GiB(fc.From), diagnosis.GiB(fc.To), duration(fc.Span), diagnosis.GiB(uint64(fc.Rate*60)), diagnosis.GiB(fc.Level), ceiling, duration(fc.ETA))
+		what, diagnosis.GiB(fc.From), diagnosis.GiB(fc.To), Duration(fc.Span), diagnosis.GiB(uint64(fc.Rate*60)), diagnosis.GiB(fc.Level), ceiling, Duration(fc.ETA))
 }
 
-// duration says d as a person would: "45 s", "3 minutes", "2.5 hours".
-func duration(d time.Duration) string {
+// Duration says d as a person would: "45 s", "3 minutes", "2.5 hours"
+// (the warnings and the landing page).
+func Duration(d time.Duration) string {
 	switch s := d.Seconds(); {
 	case s < 120:
 		return fmt.Sprintf("%.0f s", s)

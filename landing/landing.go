@@ -31,7 +31,7 @@ var page = template.Must(template.New("page.html").Funcs(template.FuncMap{
 	"pct":      func(v, total uint64) string { return fmt.Sprintf("%.3f", percent(v, total)) },
 	"short":    shortRevision,
 	"seconds":  func(s float64) string { return fmt.Sprintf("%+.1f s", s) },
-	"within":   within,
+	"within":   foresight.Duration,
 	"eta":      eta,
 }).ParseFS(files, "page.html"))
 
@@ -303,20 +303,7 @@ func eta(d time.Duration) string {
 	if d < time.Second {
 		return "now"
 	}
-	return "in about " + within(d)
-}
-
-// within says a span of time as a person would, as the daemon's warnings
-// do: "45 s", "3 minutes", "2.5 hours".
-func within(d time.Duration) string {
-	switch s := d.Seconds(); {
-	case s < 120:
-		return fmt.Sprintf("%.0f s", s)
-	case s < 2*3600:
-		return fmt.Sprintf("%.0f minutes", s/60)
-	default:
-		return fmt.Sprintf("%.1f hours", s/3600)
-	}
+	return "in about " + foresight.Duration(d)
 }
 
 // optBytes prints an optional byte count; "—" when it was not reported.
