@@ -42,7 +42,7 @@ var infrastructure = map[string]bool{
 	"internal/alertmanagertest": true, "internal/authguard": true, "internal/dashboardtest": true, "internal/connshed": true, "internal/defaults": true,
 	"internal/doccheck": true, "internal/exportertest": true, "internal/fdbudget": true, "internal/fieldtest": true,
 	"internal/logging": true, "internal/memtrim": true, "internal/mocknode": true, "internal/procfixture": true,
-	"internal/ratelog": true, "internal/satmath": true, "internal/tick": true,
+	"internal/ratelog": true, "internal/safetext": true, "internal/satmath": true, "internal/tick": true,
 }
 
 // sources never import one another: they meet only in attribution (the

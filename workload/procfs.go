@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/gpumem/gpumem_exporter/internal/safetext"
 )
 
 // maxProcFile bounds what is read from one /proc file. The files read here
@@ -89,36 +91,10 @@ func Comm(procPath string, pid uint32) (string, error) {
 	return SafeName(strings.TrimSuffix(string(data), "\n")), nil
 }
 
-// SafeName replaces with U+FFFD what a terminal or a text renderer would
-// act on rather than show: bytes that are not UTF-8, C0 controls (escape,
-// bell, newline, ...) and DEL, C1 controls, and the Unicode bidirectional
-// controls that reorder the text around them.
-func SafeName(s string) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	if strings.IndexFunc(s, isUnsafeRune) < 0 {
-		return s
-	}
-	return strings.Map(func(r rune) rune {
-		if isUnsafeRune(r) {
-			return '\uFFFD'
-		}
-		return r
-	}, s)
-}
-
-func isUnsafeRune(r rune) bool {
-	switch {
-	case r < 0x20 || r == 0x7f: // C0, DEL
-		return true
-	case r >= 0x80 && r <= 0x9f: // C1
-		return true
-	case r == 0x061c, r == 0x200e, r == 0x200f, // ALM, LRM, RLM
-		r >= 0x202a && r <= 0x202e, // LRE, RLE, PDF, LRO, RLO
-		r >= 0x2066 && r <= 0x2069: // LRI, RLI, FSI, PDI
-		return true
-	}
-	return false
-}
+// SafeName is safetext.Clean: what a terminal or a text renderer would
+// act on or hide (controls, bidirectional and zero-width characters,
+// bytes that are not UTF-8) becomes U+FFFD.
+func SafeName(s string) string { return safetext.Clean(s) }
 
 // RealUID returns the real user ID of pid, the first number of the Uid:
 // line of /proc/<pid>/status, in decimal.
