@@ -8,9 +8,10 @@ thread), the arrays the failing code held are still referenced by the
 traceback, so the framework's figures are those at the failure. The hook
 reads them, parses the request size from the error's message, queues an
 OOM event for the sender thread (as the PyTorch observer does) and hands
-the exception on to the hook it replaced, which prints the traceback. At
-exit the client waits, bounded, for the daemon's verdict and prints it
-after the traceback.
+the exception on to the hook it replaced, which prints the traceback; the
+client's output waits meanwhile (_paragraph), so the verdict comes after
+the traceback however fast the daemon answers. At exit the client waits,
+bounded, for the daemon's verdict and prints it.
 
 An error the program catches never reaches a hook and is not reported;
 nor is one under IPython or Jupyter, which do not call sys.excepthook.
@@ -26,7 +27,7 @@ import sys
 import threading
 import time
 
-from . import _cuda, _oom, protocol, sources as _sources
+from . import _cuda, _oom, _paragraph, protocol, sources as _sources
 
 JAX = "jax"
 CUPY = "cupy"
@@ -209,17 +210,27 @@ _default_thread_hook = getattr(threading, "__excepthook__", getattr(threading, "
 
 
 def _sys_hook(exc_type, exc, tb):
-    if _active:
-        note(exc)
-    prev = _prev_sys if _prev_sys is not None else sys.__excepthook__
-    prev(exc_type, exc, tb)
+    # The client's output waits while the hook chained to writes the
+    # traceback: a verdict that the daemon answers at once comes after it.
+    _paragraph.writer.hold()
+    try:
+        if _active:
+            note(exc)
+        prev = _prev_sys if _prev_sys is not None else sys.__excepthook__
+        prev(exc_type, exc, tb)
+    finally:
+        _paragraph.writer.release()
 
 
 def _thread_hook(args):
-    if _active and args.exc_type is not SystemExit:
-        note(args.exc_value)
-    prev = _prev_thread if _prev_thread is not None else _default_thread_hook
-    prev(args)
+    _paragraph.writer.hold()
+    try:
+        if _active and args.exc_type is not SystemExit:
+            note(args.exc_value)
+        prev = _prev_thread if _prev_thread is not None else _default_thread_hook
+        prev(args)
+    finally:
+        _paragraph.writer.release()
 
 
 def install():

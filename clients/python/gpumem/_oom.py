@@ -14,6 +14,8 @@ import collections
 import threading
 import time
 
+from . import _paragraph
+
 MAX_EVENTS = 64
 
 events = collections.deque(maxlen=MAX_EVENTS)
@@ -38,6 +40,8 @@ def observer(device, alloc, device_allocated_limit, device_free):
     except Exception:
         stats = None
     try:
+        # The verdict waits for the traceback of the error raised next.
+        _paragraph.writer.oom_observed()
         events.append((device, alloc, device_allocated_limit, device_free, time.monotonic(), stats))
         w = wake
         if w is not None:

@@ -62,4 +62,4 @@ def paragraph(v):
 
 def show(v, stream=None):
     """Write the paragraph to stderr; never raises."""
-    _paragraph.show(paragraph, v, stream)
+    _paragraph.show(paragraph, v, stream, kind="verdict")

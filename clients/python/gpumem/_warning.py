@@ -98,7 +98,7 @@ def paragraph(w):
 
 def show(w, stream=None):
     """Write the paragraph to stderr; never raises."""
-    _paragraph.show(paragraph, w, stream)
+    _paragraph.show(paragraph, w, stream, kind="warning")
 
 
 _lock = threading.Lock()

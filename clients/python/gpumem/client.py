@@ -15,7 +15,7 @@ import socket
 import threading
 import time
 
-from . import _cuda, _framework_oom, _oom, _ownership, _verdict, _warning, config, protocol, sources as _sources
+from . import _cuda, _framework_oom, _oom, _ownership, _paragraph, _verdict, _warning, config, protocol, sources as _sources
 
 log = logging.getLogger("gpumem")
 
@@ -113,6 +113,7 @@ class Client(object):
             self._wake.clear()
             try:
                 self._cycle(time.monotonic())
+                _paragraph.writer.poll()  # what waited for a traceback that never came
             except Exception as e:
                 self._log_once("cycle", logging.WARNING, "gpumem: unexpected error, continuing: %r", e)
                 self._drop_connection("error")
@@ -518,6 +519,9 @@ def _stop_at_exit():
     try:
         if c is not None and c.show_verdicts:
             c.wait_for_verdicts(config.oom_wait())
+        # The tracebacks are written by now (sys.excepthook runs before
+        # atexit): what waited for them is printed.
+        _paragraph.writer.flush()
     except Exception:
         pass
     stop(0.5)
@@ -543,6 +547,7 @@ def _after_fork_in_child():
     c, _client = _client, None
     _oom.reset_after_fork()
     _cuda._reset_after_fork()
+    _paragraph.reset_after_fork()
     if c is not None:
         try:
             c._abandon_after_fork()

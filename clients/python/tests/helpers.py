@@ -14,7 +14,7 @@ import unittest
 from tests import PACKAGE_ROOT  # noqa: F401  (puts gpumem on sys.path)
 
 import gpumem.client
-from gpumem import _oom, config
+from gpumem import _oom, _paragraph, config
 
 
 # The default socket the client ships with. Tests never look there: a daemon
@@ -292,6 +292,7 @@ class GpumemTestCase(unittest.TestCase):
         _oom.registered_to = None
         _oom.queued_to = None
         config._warned_interval = False
+        _paragraph.reset_after_fork()  # a fresh writer: nothing held, full buckets
         self.clients = []
         self.daemons = []
 
